@@ -1,0 +1,32 @@
+# Two commands on a fresh machine: `make demo` (set up, then the main job) and `make test`.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+EXAMPLE_PORT := 8031
+
+.PHONY: setup demo test lint generate check clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+# torch first, pinned: the CPU wheel is on this machine's disk, a bare `torch` would pull a multi-GB CUDA build.
+setup: $(PY)
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e ".[dev]"
+
+demo: setup
+	$(PY) -m orsgen.demo
+
+test: setup
+	$(PY) -m pytest -q
+
+lint: setup
+	$(PY) -m ruff check codegen tests
+	$(PY) -m mypy codegen
+
+# Regenerate the committed example adapter from the example environment served on its pinned port.
+generate: setup
+	$(PY) -m orsgen.testing.regen $(EXAMPLE_PORT) generated/echo.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

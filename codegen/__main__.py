@@ -1,0 +1,3 @@
+from orsgen.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,136 @@
+"""The main job, end to end: serve the bundled example environment on loopback, generate its adapter with the
+orsgen CLI, use it by hand, then train a tiny model built on the spot with TRL's GRPOTrainer for a few steps.
+
+    python -m orsgen.demo [--steps 3] [--warmup-steps 300] [--out DIR]
+"""
+
+import argparse
+import importlib.util
+import inspect
+import os
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+from types import ModuleType
+from typing import Any, ClassVar
+
+for key, value in {
+    "HF_HUB_OFFLINE": "1",
+    "HF_DATASETS_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "TRL_EXPERIMENTAL_SILENCE": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+}.items():
+    os.environ.setdefault(key, value)
+warnings.filterwarnings("ignore", category=FutureWarning)
+
+
+def load_module(path: Path) -> ModuleType:
+    """Import a generated module from its file, as a user would from their repo."""
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[path.stem] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def recording(adapter_class: type) -> type:
+    """A subclass that logs every tool call the trainer makes; its tools are exactly the adapter's."""
+
+    class Recording(adapter_class):  # type: ignore[misc, valid-type]
+        calls: ClassVar[list[tuple[str, dict[str, Any], str]]] = []
+
+        def _call(self, name: str, arguments: dict[str, Any]) -> str:
+            try:
+                result = super()._call(name, arguments)
+            except Exception as exc:
+                result = f"error: {exc}"
+                raise
+            finally:
+                Recording.calls.append((name, arguments, result))
+            return result
+
+    Recording.__name__ = Recording.__qualname__ = adapter_class.__name__
+    return Recording
+
+
+def tool_methods(instance: Any) -> list[Any]:
+    """The tools TRL will find on an environment instance (public functions other than reset/get_reward)."""
+    members = inspect.getmembers(type(instance), predicate=inspect.isfunction)
+    return [getattr(instance, n) for n, _ in members if not n.startswith("_") and n not in ("reset", "get_reward")]
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--steps", type=int, default=3, help="GRPO steps")
+    p.add_argument("--warmup-steps", type=int, default=300, help="supervised steps teaching the tool-call format")
+    p.add_argument("--out", type=Path, help="where to write the adapter (default: a temporary directory)")
+    args = p.parse_args(argv)
+    start = time.time()
+
+    from orsgen import cli
+    from orsgen.testing import serve, tiny
+
+    out_dir = args.out or Path(tempfile.mkdtemp(prefix="orsgen-demo-"))
+    with serve.running("orsgen.examples.echo:Echo") as server:
+        print(f"[1] example ORS environment 'echo' served at {server.url}")
+        path = out_dir / "echo_adapter.py"
+        if cli.main([server.url, "-o", str(path)]) != 0:
+            return 1
+        module = load_module(path)
+        print(f"[2] generated {path} (snapshot sha256 {module.SNAPSHOT_SHA256[:12]}...); the model sees:")
+        for method in tool_methods(module.Echo()):
+            print(f"      {method.__name__}{inspect.signature(method)}")
+
+        train = module.dataset()
+        print(f"[3] dataset(): {train.num_rows} tasks, columns {train.column_names}")
+
+        adapter, conversations = module.Echo(), []
+        for row in train:
+            prompt = adapter.reset(**row)
+            result = adapter.echo(text=row["target"])
+            conversations.append(tiny.conversation(prompt, "echo", {"text": row["target"]}, result))
+        print(f"[4] rollout by hand: reset -> {prompt!r}; echo(text={row['target']!r}) -> {result!r}; "
+              f"get_reward() -> {adapter.get_reward()}")
+        adapter._close()
+
+        import torch
+        from trl import GRPOTrainer
+
+        torch.set_num_threads(2)
+        tok = tiny.tokenizer(conversations, tool_methods(module.Echo()))
+        lm = tiny.model(tok)
+        loss = tiny.warm_up(lm, tok, conversations, tool_methods(module.Echo()), args.warmup_steps)
+        print(f"[5] tiny Qwen3 ({sum(p.numel() for p in lm.parameters()):,} parameters) warmed up on the tool-call "
+              f"format: {args.warmup_steps} steps, loss {loss:.3f}")
+
+        env_class = recording(module.Echo)
+        trainer = GRPOTrainer(
+            model=lm,
+            processing_class=tok,
+            args=tiny.grpo_config(str(out_dir / "trainer"), args.steps),
+            train_dataset=train,
+            environment_factory=env_class,
+        )
+        trainer.train()
+        print(f"[6] GRPOTrainer: {trainer.state.global_step} steps; tools offered: "
+              f"{[t.__name__ for t in trainer.tools]}")
+        for entry in trainer.state.log_history:
+            if "reward" in entry:
+                print(f"      step {entry['step']}: reward mean {entry['reward']:.3f} "
+                      f"(std {entry.get('reward_std', 0):.3f}), tool calls per rollout "
+                      f"{entry.get('tools/call_frequency', 0):.2f}, failures {entry.get('tools/failure_frequency', 0):.2f}")
+        module.close_all()  # GRPOTrainer never closes its environments
+        calls = env_class.calls  # type: ignore[attr-defined]
+        print(f"      {len(calls)} tool calls reached the environment through the adapter, e.g.:")
+        for name, arguments, result in calls[:4]:
+            print(f"        {name}({arguments}) -> {result!r}")
+    print(f"done in {time.time() - start:.0f}s")
+    return 0 if calls else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

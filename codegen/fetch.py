@@ -1,0 +1,150 @@
+"""Stage 1: get the tool list (and splits) of one environment, from a server, the catalog or a file."""
+
+import json
+import os
+import re
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from orsgen import normalize, snapshot
+from orsgen.errors import OrsgenError
+
+CATALOG = re.compile(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+")
+TIMEOUT = 10.0
+
+
+@dataclass
+class Source:
+    """Where an adapter's environment lives, as pinned in the generated module."""
+
+    target: str  # what the user typed
+    url: str | None  # session server for self-hosted targets; None: the SDK's (OPENREWARD_SESSION_URL)
+    deployment: str  # X-Deployment: the catalog name, or the env name
+    env: str | None  # the env's path segment on the server (the SDK `variant`)
+    name: str  # used for the class name
+    split: str  # default split
+
+
+def fetch(target: str, env: str | None = None) -> tuple[Source, dict[str, Any]]:
+    """(source, snapshot) for a TARGET: a URL, `owner/name`, or a JSON file."""
+    if re.match(r"https?://", target):
+        return _from_url(target.rstrip("/"), env)
+    path = Path(target)
+    if path.suffix == ".json" or path.exists():
+        return _from_file(target, path, env)
+    if CATALOG.fullmatch(target):
+        return _from_catalog(target, env)
+    raise OrsgenError(f"TARGET {target!r} is not a URL, an owner/name catalog name or an existing JSON file")
+
+
+def _from_file(target: str, path: Path, env: str | None) -> tuple[Source, dict[str, Any]]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise OrsgenError(f"{target}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise OrsgenError(f"{target}: cannot read: {exc}") from None
+    except json.JSONDecodeError as exc:
+        raise OrsgenError(f"{target}: not valid JSON: {exc}") from None
+    tools, rest = normalize.tool_list(data, target)
+    name = env or (rest.get("env") if isinstance(rest.get("env"), str) else None) or path.stem
+    extra = {k: rest[k] for k in ("terminal_tool", "splits") if k in rest}
+    split = _default_split(extra.get("splits"))
+    source = Source(target=target, url=None, deployment=name, env=env or rest.get("env") or name, name=name, split=split)
+    return source, _snap(source.env, tools, extra)
+
+
+def _from_url(url: str, env: str | None) -> tuple[Source, dict[str, Any]]:
+    envs = _get_json(f"{url}/list_environments", {})
+    if not isinstance(envs, list) or not envs or not all(isinstance(e, str) for e in envs):
+        raise OrsgenError(f"{url}/list_environments did not return a list of environment names")
+    chosen = _choose(envs, env, url)
+    source = Source(target=url, url=url, deployment=chosen, env=chosen, name=chosen, split="train")
+    return _with_tools(source, api_key=os.environ.get("OPENREWARD_API_KEY", ""))
+
+
+def _from_catalog(name: str, env: str | None) -> tuple[Source, dict[str, Any]]:
+    api_key = os.environ.get("OPENREWARD_API_KEY", "")
+    if not api_key:
+        raise OrsgenError(f"{name} is a catalog name: set OPENREWARD_API_KEY (it is used, never stored)")
+    if env is None:
+        from openreward import OpenReward
+
+        session_url = OpenReward(api_key=api_key).session_base_url.rstrip("/")
+        headers = {"X-Deployment": name, "X-API-Key": api_key}
+        try:
+            envs = _get_json(f"{session_url}/list_environments", headers)
+            env = envs[0] if isinstance(envs, list) and envs and isinstance(envs[0], str) else None
+        except OrsgenError:
+            env = None  # the platform routes by deployment; the SDK then uses bare paths
+    source = Source(target=name, url=None, deployment=name, env=env, name=name.split("/", 1)[1], split="train")
+    return _with_tools(source, api_key=api_key)
+
+
+def _with_tools(source: Source, api_key: str) -> tuple[Source, dict[str, Any]]:
+    from openreward import OpenReward
+
+    client = OpenReward(api_key=api_key)
+    try:
+        handle = client.environments.get(source.deployment, variant=source.env, base_url=source.url)
+        # The raw /tools body: the SDK's ToolSpec list drops terminal_tool, its provider formats are lossy.
+        response = handle._run(handle._async._tools_response())
+        splits = handle.list_splits()
+    except Exception as exc:  # noqa: BLE001 - the SDK raises many transport types; the user needs one line
+        raise OrsgenError(f"fetching tools of {source.env or source.deployment} from {source.target} failed: "
+                          f"{_safe(exc)}") from None
+    finally:
+        client.environments.close()
+    tools, rest = normalize.tool_list(response, source.target)
+    extra: dict[str, Any] = {"splits": splits}
+    if rest.get("terminal_tool"):
+        extra["terminal_tool"] = rest["terminal_tool"]
+    source.split = _default_split(splits)
+    return source, _snap(source.env, tools, extra)
+
+
+def _snap(env: str | None, tools: list[dict[str, Any]], extra: dict[str, Any]) -> dict[str, Any]:
+    snap = snapshot.make(env, tools, extra)
+    try:
+        snapshot.dumps(snap)
+    except ValueError as exc:
+        raise OrsgenError(str(exc)) from None
+    return snap
+
+
+def _choose(envs: list[str], env: str | None, url: str) -> str:
+    if env is None:
+        return envs[0]
+    for name in envs:
+        if name.lower() == env.lower():
+            return name
+    raise OrsgenError(f"unknown environment {env!r} at {url} (it serves: {', '.join(envs)})")
+
+
+def _default_split(splits: Any) -> str:
+    names = [s if isinstance(s, str) else s.get("name") for s in splits or [] if isinstance(s, (str, dict))]
+    return "train" if "train" in names or not names else str(names[0])
+
+
+def _get_json(url: str, headers: dict[str, str]) -> Any:
+    request = urllib.request.Request(url, headers={"Accept": "application/json", **headers})
+    try:
+        with urllib.request.urlopen(request, timeout=TIMEOUT) as response:
+            return json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        raise OrsgenError(f"{url} answered HTTP {exc.code}") from None
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise OrsgenError(f"cannot reach ORS server at {url.rsplit('/', 1)[0]}: {reason}") from None
+    except json.JSONDecodeError:
+        raise OrsgenError(f"{url} did not answer with JSON") from None
+
+
+def _safe(exc: Exception) -> str:
+    """An exception as one line, with any API key removed."""
+    text = " ".join(f"{type(exc).__name__}: {exc}".split())
+    key = os.environ.get("OPENREWARD_API_KEY")
+    return text.replace(key, "***") if key else text

@@ -1,0 +1,127 @@
+"""The intermediate model: tool specs -> `Adapter(Tool(Param))`. All naming and typing decisions live here.
+
+A tool whose schema is broken becomes a warning; the rest of the module still generates.
+"""
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from orsgen import docs, naming, normalize
+from orsgen.typemap import Converter, Node
+
+
+@dataclass(frozen=True)
+class Param:
+    wire_name: str  # the property name the server expects
+    py_name: str  # the keyword the model sees and Python accepts
+    type: Node
+    required: bool
+    doc: str  # one line, safe for the Args block
+
+
+@dataclass
+class Tool:
+    wire_name: str  # exactly the server's name; also the method's __name__, i.e. what the model sees
+    py_name: str  # the attribute on the adapter class
+    description: str
+    returns: str
+    params: list[Param]
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def renamed(self) -> bool:
+        return self.py_name != self.wire_name
+
+    def imports(self) -> frozenset[str]:
+        return frozenset().union(*(p.type.imports() for p in self.params))
+
+
+@dataclass
+class Adapter:
+    class_name: str
+    env: str | None
+    tools: list[Tool]
+    skipped: list[tuple[str, str]]  # (tool name, reason): what could not be generated, reported by the CLI
+
+    def imports(self) -> list[str]:
+        return sorted(frozenset().union(*(t.imports() for t in self.tools)))
+
+    def warnings(self) -> list[str]:
+        found = [f"tool {t.wire_name!r}: {w}" for t in self.tools for w in t.warnings]
+        return found + [f"tool {name!r} skipped: {why}" for name, why in self.skipped]
+
+
+def build(tools: list[dict[str, Any]], class_name: str, env: str | None) -> Adapter:
+    taken: set[str] = set()
+    built, skipped = [], []
+    seen_wire: set[str] = set()
+    for spec in tools:
+        name = spec["name"]
+        if name in seen_wire:
+            skipped.append((name, "listed twice; the first definition is used"))
+            continue
+        seen_wire.add(name)
+        try:
+            tool = _tool(spec, taken)
+        except (TypeError, ValueError, KeyError, AttributeError, RecursionError) as exc:
+            skipped.append((name, f"schema cannot be read ({type(exc).__name__}: {exc})"))
+            continue
+        built.append(tool)
+    return Adapter(class_name=class_name, env=env, tools=built, skipped=skipped)
+
+
+def _tool(spec: dict[str, Any], taken: set[str]) -> Tool:
+    wire = spec["name"]
+    schema = normalize.schema(spec.get("input_schema"))
+    if schema is None:
+        schema = {}
+    if not isinstance(schema, dict):
+        raise TypeError(f"input_schema is a {type(schema).__name__}, not an object")
+    description, arg_docs, returns = docs.split(spec.get("description") or "")
+    if isinstance(schema.get("description"), str) and schema["description"].strip():
+        model_doc = schema["description"].strip()  # the parameter model's docstring: not shown anywhere else
+        description = f"{description}\n\n{model_doc}" if description else model_doc
+    converter = Converter(root=schema)
+    props = schema.get("properties") or {}
+    if not isinstance(props, dict):
+        raise TypeError("properties is not an object")
+    required: list[Any] = schema["required"] if isinstance(schema.get("required"), list) else []
+    params: list[Param] = []
+    py_taken: set[str] = set()
+    for wire_param, prop in props.items():
+        notes: list[str] = []
+        node = converter.convert(prop, notes)
+        resolved, _ = converter.resolve(prop, ())
+        resolved = resolved if isinstance(resolved, dict) else {}
+        text = _first_text(prop, resolved, arg_docs.get(wire_param))
+        if isinstance(prop, dict) and "default" in prop:
+            notes.insert(0, f"default: {_json(prop['default'])}")
+        elif "default" in resolved:
+            notes.insert(0, f"default: {_json(resolved['default'])}")
+        for key in ("examples", "example"):
+            if key in resolved:
+                notes.append(f"{key}: {_json(resolved[key])}")
+        if resolved.get("deprecated") is True:
+            notes.append("deprecated")
+        doc = docs.one_line(" ".join(x for x in (text, f"({'; '.join(notes)})" if notes else "") if x))
+        py = naming.unique(naming.identifier(wire_param, fallback="arg"), py_taken, naming.PARAM_RESERVED)
+        params.append(Param(wire_param, py, node, wire_param in required, doc or py))
+    attr = naming.unique(naming.identifier(wire, fallback="tool"), taken, naming.ADAPTER_NAMES)
+    body = docs.neutralise(description) or f"Call the {wire!r} tool."
+    return Tool(wire, attr, body, docs.one_line(returns), params, converter.warnings)
+
+
+def _first_text(prop: Any, resolved: dict[str, Any], fallback: str | None) -> str:
+    for source in (prop if isinstance(prop, dict) else {}, resolved):
+        text = source.get("description")
+        if isinstance(text, str) and text.strip():
+            return text
+    if fallback:
+        return fallback
+    title = resolved.get("title") or (prop.get("title") if isinstance(prop, dict) else None)
+    return title if isinstance(title, str) else ""
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)

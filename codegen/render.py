@@ -1,0 +1,61 @@
+"""Stage 4: lay the model out with the Jinja templates, then format with black in a fixed mode."""
+
+from importlib.resources import files
+from pathlib import Path
+from typing import Any
+
+import black
+import jinja2
+from orsgen import __version__, docs
+from orsgen.fetch import Source
+from orsgen.model import Adapter
+from orsgen.snapshot import sha256
+
+# Fixed: never the user's [tool.black]. Output must be the same on every machine.
+MODE = black.Mode(target_versions={black.TargetVersion.PY311}, line_length=120)
+
+
+def comment(text: str) -> str:
+    """One line, safe inside a `#` comment."""
+    return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in str(text))
+
+
+def environment(template_dir: Path | None = None) -> jinja2.Environment:
+    builtin = jinja2.FileSystemLoader(str(files("orsgen.templates")))
+    loaders = [jinja2.FileSystemLoader(str(template_dir)), builtin] if template_dir else [builtin]
+    env = jinja2.Environment(
+        loader=jinja2.ChoiceLoader(loaders),
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        undefined=jinja2.StrictUndefined,
+        autoescape=False,
+    )
+    env.filters.update(py=repr, doc=docs.literal, comment=comment)
+    return env
+
+
+def module(
+    adapter: Adapter,
+    source: Source,
+    snap: dict[str, Any],
+    command: str,
+    module_name: str,
+    template_dir: Path | None = None,
+) -> str:
+    text = (
+        environment(template_dir)
+        .get_template("module.py.jinja")
+        .render(
+            adapter=adapter,
+            source=source,
+            snapshot=snap,
+            sha256=sha256(snap),
+            command=command,
+            module_name=module_name,
+            version=__version__,
+        )
+    )
+    formatted = black.format_str(text, mode=MODE)
+    compile(formatted, module_name, "exec")  # a template bug must fail here, not in the user's training run
+    return formatted

@@ -1,0 +1,92 @@
+"""Run ORS environments with the openreward SDK's own `Server` under uvicorn, on 127.0.0.1 only.
+
+`python -m orsgen.testing.serve module:Class [module:Class ...] --port N` serves them;
+`running(...)` starts that in a subprocess, waits for `/health`, and stops it afterwards.
+"""
+
+import argparse
+import contextlib
+import importlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+HOST = "127.0.0.1"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        return int(s.getsockname()[1])
+
+
+def load(spec: str) -> type:
+    module, _, name = spec.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def main(specs: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__)
+    if specs is None:
+        p.add_argument("envs", nargs="+", metavar="module:Class")
+    p.add_argument("--port", type=int, default=8031)
+    args = p.parse_args()
+    import uvicorn
+    from openreward.environments import Server
+
+    server = Server([load(s) for s in specs or args.envs])
+    uvicorn.run(server.app, host=HOST, port=args.port, log_level="warning")
+
+
+@dataclass
+class Running:
+    url: str
+    process: subprocess.Popen[bytes]
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+def start(*specs: str, port: int | None = None, timeout: float = 30.0, env: dict[str, str] | None = None) -> Running:
+    port = port or free_port()
+    cmd = [sys.executable, "-m", "orsgen.testing.serve", *specs, "--port", str(port)]
+    process = subprocess.Popen(cmd, env={**os.environ, **(env or {})}, stdout=subprocess.DEVNULL)
+    url = f"http://{HOST}:{port}"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"ORS server {' '.join(specs)} exited with code {process.returncode}")
+        try:
+            with urllib.request.urlopen(f"{url}/health", timeout=1) as r:
+                if json.loads(r.read()).get("status") == "ok":
+                    return Running(url, process)
+        except OSError:
+            time.sleep(0.1)
+    Running(url, process).stop()
+    raise RuntimeError(f"ORS server {' '.join(specs)} did not become healthy at {url} in {timeout}s")
+
+
+@contextlib.contextmanager
+def running(*specs: str, port: int | None = None) -> Iterator[Running]:
+    server = start(*specs, port=port)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+if __name__ == "__main__":
+    main()
