@@ -5,7 +5,7 @@ import os
 import sys
 from pathlib import Path
 
-from orsgen import __version__, model, naming, render, write
+from orsgen import __version__, model, pipeline, write
 from orsgen.errors import OrsgenError
 from orsgen.fetch import fetch
 
@@ -26,18 +26,20 @@ def parser() -> argparse.ArgumentParser:
 
 def generate(args: argparse.Namespace) -> tuple[str, model.Adapter]:
     source, snap = fetch(args.target, args.env)
-    class_name = args.class_name or naming.class_name(source.name)
-    if not class_name.isidentifier() or class_name.startswith("_"):
-        raise OrsgenError(f"--class-name {class_name!r} is not a public Python identifier")
-    adapter = model.build(snap["tools"], class_name, source.env)
     command = " ".join(
         ["orsgen", args.target]
         + (["--env", args.env] if args.env else [])
         + (["--class-name", args.class_name] if args.class_name else [])
         + ["-o", os.path.normpath(args.output).replace(os.sep, "/")]
     )
-    text = render.module(adapter, source, snap, command, _module_name(args.output), args.templates)
-    return text, adapter
+    return pipeline.build(
+        source,
+        snap,
+        class_name=args.class_name,
+        command=command,
+        module_name=_module_name(args.output),
+        template_dir=args.templates,
+    )
 
 
 def _module_name(output: Path) -> str:
