@@ -24,9 +24,12 @@ lint: setup
 	$(PY) -m ruff check codegen tests
 	$(PY) -m mypy codegen
 
-# Regenerate the committed example adapter from the example environment served on its pinned port.
+# Regenerate / check generated/ (the [tool.orsgen] targets) against the example environment on its pinned port.
 generate: setup
-	$(PY) -m orsgen.testing.regen $(EXAMPLE_PORT) generated/echo.py
+	$(PY) -m orsgen.testing.regen $(EXAMPLE_PORT)
+
+check: setup
+	$(PY) -m orsgen.testing.regen $(EXAMPLE_PORT) --check
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -93,6 +93,14 @@ class ToolError(RuntimeError):
     """A failed tool call. TRL shows the message to the model and counts the call in tools/failure_frequency."""
 
 
+class DriftError(RuntimeError):
+    """The server's tools are not the ones pinned in this module: regenerate it (or set ORSGEN_DRIFT_CHECK=0)."""
+
+
+# Compare the live tool list with SNAPSHOT once per process and server, when the first episode opens.
+DRIFT_CHECK = os.environ.get("ORSGEN_DRIFT_CHECK", "1") != "0"
+_drift_checked: set[str] = set()
+_drift_lock = threading.Lock()
 _clients: dict[str, Any] = {}
 _clients_lock = threading.Lock()
 _live: "weakref.WeakSet[_Adapter]" = weakref.WeakSet()
@@ -117,8 +125,42 @@ def _environment(url: str | None, api_key: str | None) -> "Environment":
             # first, so sessions are closed while the SDK can still send requests.
             environments = _clients[key] = OpenReward(api_key=key).environments
             atexit.register(close_all)
-    base = url or os.environ.get("OPENREWARD_SESSION_URL") or URL
-    return environments.get(DEPLOYMENT, variant=ENV, base_url=base)
+    return environments.get(DEPLOYMENT, variant=ENV, base_url=_server(url))
+
+
+def _server(url: str | None) -> str | None:
+    """The session server: the constructor's, else OPENREWARD_SESSION_URL, else the pinned one (None: the SDK's)."""
+    return url or os.environ.get("OPENREWARD_SESSION_URL") or URL
+
+
+def _canonical(node: Any, keep_order: bool = False) -> Any:
+    """The snapshot's JSON form: keys sorted, except in `properties`, whose order is the parameters' order."""
+    if isinstance(node, list):
+        return [_canonical(x) for x in node]
+    if not isinstance(node, dict):
+        return node
+    keys = list(node) if keep_order else sorted(node)
+    return {k: _canonical(node[k], keep_order=k == "properties" and not keep_order) for k in keys}
+
+
+def _check_drift(env: "Environment", where: str) -> None:
+    with _drift_lock:
+        if where in _drift_checked:
+            return
+        live = {
+            t.name: _canonical({"description": t.description or "", "input_schema": t.input_schema, "name": t.name})
+            for t in env.list_tools()
+        }
+        pinned = {t["name"]: t for t in SNAPSHOT["tools"]}
+        changes = [f"+ {n} (new on the server)" for n in live if n not in pinned]
+        changes += [f"- {n} (gone from the server)" for n in pinned if n not in live]
+        changes += [f"~ {n} (schema or description changed)" for n in live if n in pinned and live[n] != pinned[n]]
+        if changes:
+            raise DriftError(
+                f"the tools at {where} differ from those pinned in {__name__} ({TARGET}): {'; '.join(changes)}. "
+                "Regenerate the module, or set ORSGEN_DRIFT_CHECK=0 to train anyway."
+            )
+        _drift_checked.add(where)
 
 
 def _text(blocks: Sequence[Any]) -> str:
@@ -139,11 +181,13 @@ class _Adapter:
         split: str | None = None,
         api_key: str | None = None,
         secrets: Mapping[str, Any] | None = None,
+        check_drift: bool | None = None,
     ) -> None:
         self._url = url
         self._split = split or SPLIT
         self._api_key = api_key
         self._secrets = secrets
+        self._check_drift = DRIFT_CHECK if check_drift is None else check_drift
         self._env: Any = None
         self._session: Any = None
         self.reward: float | None = None
@@ -162,6 +206,8 @@ class _Adapter:
         index, split = int(row["task_index"]), row.get("split") or self._split
         if self._env is None:
             self._env = _environment(self._url, self._api_key)
+        if self._check_drift:
+            _check_drift(self._env, _server(self._url) or DEPLOYMENT)
         session = self._env.session(split=split, index=index, secrets=self._secrets)
         try:
             session.__enter__()

@@ -1,6 +1,7 @@
-"""Regenerate the committed example adapter: `python -m orsgen.testing.regen PORT OUTPUT [orsgen options]`.
+"""`python -m orsgen.testing.regen PORT [orsgen arguments]`: run orsgen while the example environment is served on
+127.0.0.1:PORT. With no arguments orsgen regenerates the [tool.orsgen] targets; `--check` checks them (CI).
 
-The example environment is served on a fixed port so that the URL pinned in the committed module is stable.
+The port is fixed so that the URL pinned in the committed example module stays the same.
 """
 
 import sys
@@ -10,9 +11,9 @@ from orsgen.testing import serve
 
 
 def main(argv: list[str]) -> int:
-    port, output, *options = argv
-    with serve.running("orsgen.examples.echo:Echo", port=int(port)) as server:
-        return cli.main([server.url, "-o", output, *options])
+    port, *arguments = argv
+    with serve.running("orsgen.examples.echo:Echo", port=int(port)):
+        return cli.main(arguments)
 
 
 if __name__ == "__main__":

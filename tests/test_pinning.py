@@ -1,0 +1,149 @@
+"""Pinning and drift: byte-identical output, --check exit codes, offline regeneration, pyproject targets,
+run-time drift detection and template overrides."""
+
+import json
+import os
+import shutil
+import urllib.request
+
+import pytest
+from orsgen.testing import serve
+
+from tests.conftest import ROOT, load, orsgen
+
+CORPUS = ROOT.parent / "shared" / "corpora" / "openreward-toolsets" / "claude_code.json"
+
+
+def test_output_is_identical_across_hash_seeds(tmp_path):
+    outputs = []
+    for seed in ("0", "1", "12345"):
+        out = tmp_path / f"seed{seed}" / "adapter.py"
+        out.parent.mkdir()
+        # the same command in another directory: the header records the command, so it must match too
+        result = orsgen(str(CORPUS), "--env", "claude", "-o", "adapter.py", cwd=out.parent, env={"PYTHONHASHSEED": seed})
+        assert result.returncode == 0, result.stderr
+        outputs.append(out.read_bytes())
+    assert outputs[0] == outputs[1] == outputs[2]
+    assert b"timestamp" not in outputs[0].lower()
+
+
+def drift_server(variant, port=None):
+    return serve.start("tests.envs.drift:Drift", port=port, env={"DRIFT_VARIANT": variant})
+
+
+def test_check_exit_codes_follow_the_live_server(tmp_path):
+    out = tmp_path / "drift.py"
+    server = drift_server("a")
+    port = server.url.rsplit(":", 1)[1]
+    try:
+        assert orsgen(server.url, "-o", str(out)).returncode == 0
+        fresh = orsgen("--check", server.url, "-o", str(out))
+        assert fresh.returncode == 0 and "up to date" in fresh.stdout
+    finally:
+        server.stop()
+    original = out.read_text()
+    server = drift_server("b", port=int(port))
+    try:
+        stale = orsgen("--check", server.url, "-o", str(out))
+        assert stale.returncode == 1, stale.stderr
+        assert "+ shout: added" in stale.stdout and "~ say: input_schema changed" in stale.stdout
+        assert "-            text: What to say\n" in stale.stdout  # the unified diff of the module
+        assert out.read_text() == original  # --check writes nothing
+    finally:
+        server.stop()
+    down = orsgen("--check", server.url, "-o", str(out))
+    assert down.returncode == 2 and "cannot reach" in down.stderr
+    missing = orsgen("--check", server.url, "-o", str(tmp_path / "missing.py"))
+    assert missing.returncode == 2
+
+
+def test_check_offline_against_a_snapshot_file(tmp_path):
+    out = tmp_path / "claude.py"
+    assert orsgen(str(CORPUS), "--env", "claude", "-o", str(out)).returncode == 0
+    assert orsgen("--check", str(CORPUS), "--env", "claude", "-o", str(out)).returncode == 0
+    changed = json.loads(CORPUS.read_text())
+    changed["tools"] = changed["tools"][1:]
+    edited = tmp_path / "claude_edited.json"
+    edited.write_text(json.dumps(changed))
+    result = orsgen("--check", str(edited), "--env", "claude", "-o", str(out))
+    assert result.returncode == 1 and f"- {json.loads(CORPUS.read_text())['tools'][0]['name']}: removed" in result.stdout
+    not_ours = tmp_path / "plain.py"
+    not_ours.write_text("x = 1\n")
+    result = orsgen("--check", str(CORPUS), "--env", "claude", "-o", str(not_ours))
+    assert result.returncode == 2 and "not an orsgen module" in result.stderr
+
+
+def test_regenerate_offline_from_the_embedded_snapshot(echo_server, tmp_path):
+    out = tmp_path / "generated" / "echo.py"
+    assert orsgen(echo_server.url, "-o", "generated/echo.py", cwd=tmp_path).returncode == 0
+    before = out.read_text()
+    out.write_text(before.replace('"""Echo text back.', '"""Edited by hand.'))
+    # No server is named: the module's own snapshot is the input.
+    result = orsgen("generated/echo.py", "-o", "generated/echo.py", cwd=tmp_path, env={"OPENREWARD_SESSION_URL": "http://127.0.0.1:9"})
+    assert result.returncode == 0, result.stderr
+    assert out.read_text() == before
+    assert orsgen("--check", "generated/echo.py", "-o", "generated/echo.py", cwd=tmp_path).returncode == 0
+
+
+def test_pyproject_targets(echo_server, tmp_path):
+    shutil.copy(CORPUS, tmp_path / "claude.json")
+    (tmp_path / "pyproject.toml").write_text(
+        "[tool.orsgen.targets.echo]\n"
+        f'target = "{echo_server.url}"\n'
+        'output = "gen/echo.py"\n\n'
+        "[tool.orsgen.targets.claude]\n"
+        'target = "claude.json"\n'
+        'output = "gen/claude.py"\n'
+        'env = "claude"\n'
+        'class-name = "Claude"\n'
+    )
+    result = orsgen(cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "wrote gen/echo.py" in result.stdout and "wrote gen/claude.py" in result.stdout
+    assert "class Claude(_Adapter)" in (tmp_path / "gen" / "claude.py").read_text()
+    assert orsgen("--check", cwd=tmp_path).returncode == 0
+    echo = tmp_path / "gen" / "echo.py"
+    echo.write_text(echo.read_text() + "# local edit\n")
+    stale = orsgen("--check", cwd=tmp_path)
+    assert stale.returncode == 1 and "gen/echo.py: stale" in stale.stdout and "gen/claude.py: up to date" in stale.stdout
+    (tmp_path / "pyproject.toml").write_text("[tool.orsgen]\n")
+    assert orsgen(cwd=tmp_path).returncode == 2
+
+
+def test_runtime_drift_fails_fast_with_a_readable_diff(tmp_path, monkeypatch):
+    out = tmp_path / "drift_adapter.py"
+    server = drift_server("a")
+    try:
+        assert orsgen(server.url, "-o", str(out)).returncode == 0
+        mod = load(out)
+        assert mod.Drift().reset(task_index=1) == "task 1"
+        mod.close_all()
+    finally:
+        server.stop()
+    server = drift_server("b")
+    try:
+        mod = load(out)
+        with pytest.raises(mod.DriftError, match=r"\+ shout \(new on the server\); ~ say \(schema or description"):
+            mod.Drift(url=server.url).reset(task_index=0)
+        assert mod.Drift(url=server.url, check_drift=False).reset(task_index=0) == "task 0"
+        monkeypatch.setenv("ORSGEN_DRIFT_CHECK", "0")
+        assert load(out).Drift(url=server.url).reset(task_index=1) == "task 1"
+        mod.close_all()
+    finally:
+        server.stop()
+
+
+def test_template_override_shadows_one_file(echo_server, tmp_path):
+    templates = tmp_path / "templates"
+    templates.mkdir()
+    builtin = (ROOT / "templates" / "dataset.py.jinja").read_text()
+    (templates / "dataset.py.jinja").write_text("# house rule: reviewed datasets only\n" + builtin)
+    out = tmp_path / "echo.py"
+    result = orsgen(echo_server.url, "-o", str(out), "--templates", str(templates))
+    assert result.returncode == 0, result.stderr
+    text = out.read_text()
+    assert "# house rule: reviewed datasets only" in text
+    assert "class Echo(_Adapter)" in text and "def dataset(" in text  # the other templates are the built-in ones
+    with urllib.request.urlopen(f"{echo_server.url}/health") as r:
+        assert json.loads(r.read())["status"] == "ok"
+    assert os.path.exists(out)
