@@ -9,8 +9,9 @@ import difflib
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
-from orsgen import __version__, config, model, pin, pipeline, write
+from orsgen import __version__, config, model, pin, pipeline, report, write
 from orsgen.errors import OrsgenError
 from orsgen.fetch import fetch
 
@@ -32,6 +33,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--class-name", help="adapter class name (default: the environment's name in PascalCase)")
     p.add_argument("--templates", type=Path, help="directory of templates that shadow the built-in ones, by file")
     p.add_argument("--check", action="store_true", help="write nothing; exit 1 if the output is not up to date")
+    p.add_argument("--report", action="store_true", help="print what the model will see of each tool next to the "
+                   "original schema, and what went into argument text or was lost (-o optional)")
     p.add_argument("--config", type=Path, default=Path("pyproject.toml"), help=argparse.SUPPRESS)
     p.add_argument("--version", action="version", version=f"orsgen {__version__}")
     return p
@@ -43,13 +46,13 @@ def jobs(args: argparse.Namespace) -> list[config.Job]:
             raise OrsgenError("-o, --env and --class-name go with a TARGET")
         found = config.load(args.config)
         return [config.Job(j.target, j.output, j.env, j.class_name, args.templates or j.templates) for j in found]
-    if args.output is None:
+    if args.output is None and not args.report:
         raise OrsgenError("give the output module with -o FILE")
-    output = Path(os.path.normpath(args.output))
+    output = Path(os.path.normpath(args.output or "adapter.py"))
     return [config.Job(args.target, output, args.env, args.class_name, args.templates)]
 
 
-def render(job: config.Job) -> tuple[str, model.Adapter]:
+def render(job: config.Job) -> tuple[str, model.Adapter, dict[str, Any]]:
     """(module text, adapter model) for a job; a `.py` target is regenerated from its embedded snapshot, offline."""
     if job.target.endswith(".py"):
         pinned = pin.read(Path(job.target))
@@ -65,7 +68,7 @@ def render(job: config.Job) -> tuple[str, model.Adapter]:
         module_name=_module_name(job.output),
         template_dir=job.templates,
     )
-    return text, adapter
+    return text, adapter, snap
 
 
 def check(job: config.Job, text: str) -> int:
@@ -95,9 +98,13 @@ def main(argv: list[str] | None = None) -> int:
     status = 0
     try:
         for job in jobs(args):
-            text, adapter = render(job)
+            text, adapter, snap = render(job)
             for warning in adapter.warnings():
                 print(f"orsgen: warning: {warning}", file=sys.stderr)
+            if args.report:
+                print(report.render(text, adapter, snap)[0], end="")
+                if args.output is None and args.target is not None:
+                    continue
             if args.check:
                 status = max(status, check(job, text))
             else:

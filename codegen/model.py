@@ -4,10 +4,10 @@ A tool whose schema is broken becomes a warning; the rest of the module still ge
 """
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from orsgen import docs, naming, normalize
+from orsgen import docs, naming, normalize, typeddicts
 from orsgen.typemap import Converter, Node
 
 
@@ -18,6 +18,9 @@ class Param:
     type: Node
     required: bool
     doc: str  # one line, safe for the Args block
+    moved: tuple[str, ...] = ()  # what only the description carries: "default: 1", "minimum: 0", ...
+    alias: str | None = None  # module-level name of the annotation, when type checkers get a TypedDict
+    hint: str | None = None  # that TypedDict annotation (under TYPE_CHECKING)
 
 
 @dataclass
@@ -28,6 +31,8 @@ class Tool:
     returns: str
     params: list[Param]
     warnings: list[str] = field(default_factory=list)
+    lost: list[str] = field(default_factory=list)  # top-level schema keys neither the signature nor the text carry
+    classes: list[str] = field(default_factory=list)  # TypedDict sources for type checkers
 
     @property
     def renamed(self) -> bool:
@@ -45,15 +50,32 @@ class Adapter:
     skipped: list[tuple[str, str]]  # (tool name, reason): what could not be generated, reported by the CLI
 
     def imports(self) -> list[str]:
-        return sorted(frozenset().union(*(t.imports() for t in self.tools)))
+        """Names the module imports from `typing` (the TypedDicts' included)."""
+        runtime = frozenset().union(*(t.imports() for t in self.tools))
+        return sorted(runtime | (typeddicts.names_used(self.hint_sources()) & typeddicts.TYPING_NAMES))
+
+    def extension_imports(self) -> list[str]:
+        """Names the TypedDicts import from `typing_extensions`, under TYPE_CHECKING."""
+        return sorted(typeddicts.names_used(self.hint_sources()) & typeddicts.EXTENSION_NAMES)
+
+    def hint_sources(self) -> list[str]:
+        return [c for t in self.tools for c in t.classes] + [p.hint for t in self.tools for p in t.params if p.hint]
+
+    def aliased(self) -> list[Param]:
+        return [p for t in self.tools for p in t.params if p.alias]
 
     def warnings(self) -> list[str]:
         found = [f"tool {t.wire_name!r}: {w}" for t in self.tools for w in t.warnings]
         return found + [f"tool {name!r} skipped: {why}" for name, why in self.skipped]
 
 
+# Top-level schema keys the signature or the docstring carries (or that mean nothing to the model).
+CARRIED = {"type", "properties", "required", "title", "description", "$defs", "definitions", "$schema"}
+
+
 def build(tools: list[dict[str, Any]], class_name: str, env: str | None) -> Adapter:
-    taken: set[str] = set()
+    taken: set[str] = set()  # attribute names
+    prefixes: set[str] = set()  # TypedDict class name prefixes
     built, skipped = [], []
     seen_wire: set[str] = set()
     for spec in tools:
@@ -63,7 +85,7 @@ def build(tools: list[dict[str, Any]], class_name: str, env: str | None) -> Adap
             continue
         seen_wire.add(name)
         try:
-            tool = _tool(spec, taken)
+            tool = _tool(spec, taken, prefixes)
         except (TypeError, ValueError, KeyError, AttributeError, RecursionError) as exc:
             skipped.append((name, f"schema cannot be read ({type(exc).__name__}: {exc})"))
             continue
@@ -71,7 +93,7 @@ def build(tools: list[dict[str, Any]], class_name: str, env: str | None) -> Adap
     return Adapter(class_name=class_name, env=env, tools=built, skipped=skipped)
 
 
-def _tool(spec: dict[str, Any], taken: set[str]) -> Tool:
+def _tool(spec: dict[str, Any], taken: set[str], prefixes: set[str]) -> Tool:
     wire = spec["name"]
     schema = normalize.schema(spec.get("input_schema"))
     if schema is None:
@@ -106,10 +128,30 @@ def _tool(spec: dict[str, Any], taken: set[str]) -> Tool:
             notes.append("deprecated")
         doc = docs.one_line(" ".join(x for x in (text, f"({'; '.join(notes)})" if notes else "") if x))
         py = naming.unique(naming.identifier(wire_param, fallback="arg"), py_taken, naming.PARAM_RESERVED)
-        params.append(Param(wire_param, py, node, wire_param in required, doc or py))
+        params.append(Param(wire_param, py, node, wire_param in required, doc or py, tuple(notes)))
     attr = naming.unique(naming.identifier(wire, fallback="tool"), taken, naming.ADAPTER_NAMES)
     body = docs.neutralise(description) or f"Call the {wire!r} tool."
-    return Tool(wire, attr, body, docs.one_line(returns), params, converter.warnings)
+    tool = Tool(wire, attr, body, docs.one_line(returns), params, converter.warnings)
+    tool.lost = [f"{k}: {_json(v)}" for k, v in schema.items() if k not in CARRIED]
+    if any(p.type.structured() for p in params):
+        _add_typeddicts(tool, schema, prefixes)
+    return tool
+
+
+def _add_typeddicts(tool: Tool, schema: dict[str, Any], prefixes: set[str]) -> None:
+    prefix = naming.unique(naming.class_name(tool.py_name), prefixes)
+    try:
+        hints = typeddicts.for_tool(prefix, schema)
+    except ValueError as exc:
+        tool.warnings.append(f"no TypedDicts for type checkers ({exc})")
+        return
+    tool.classes = hints.classes
+    tool.params = [
+        replace(p, alias=f"_{tool.py_name}__{p.py_name}", hint=hints.fields[p.wire_name])
+        if p.type.structured() and p.wire_name in hints.fields
+        else p
+        for p in tool.params
+    ]
 
 
 def _first_text(prop: Any, resolved: dict[str, Any], fallback: str | None) -> str:

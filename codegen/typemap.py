@@ -29,6 +29,10 @@ class Node:
     def nullable(self) -> bool:
         return False
 
+    def structured(self) -> bool:
+        """Holds an object with known fields, which only a TypedDict (for type checkers) can spell out."""
+        return False
+
 
 @dataclass(frozen=True)
 class Scalar(Node):
@@ -74,6 +78,9 @@ class ListType(Node):
     def imports(self) -> frozenset[str]:
         return self.item.imports()
 
+    def structured(self) -> bool:
+        return self.item.structured()
+
 
 @dataclass(frozen=True)
 class TupleType(Node):
@@ -85,16 +92,23 @@ class TupleType(Node):
     def imports(self) -> frozenset[str]:
         return frozenset().union(*(i.imports() for i in self.items))
 
+    def structured(self) -> bool:
+        return any(i.structured() for i in self.items)
+
 
 @dataclass(frozen=True)
 class DictType(Node):
     value: Node
+    fields: bool = False  # an object with properties, shown to the model as text
 
     def annotation(self) -> str:
         return f"dict[str, {self.value.annotation()}]"
 
     def imports(self) -> frozenset[str]:
         return self.value.imports()
+
+    def structured(self) -> bool:
+        return self.fields or self.value.structured()
 
 
 @dataclass(frozen=True)
@@ -109,6 +123,9 @@ class UnionType(Node):
 
     def nullable(self) -> bool:
         return any(m.nullable() for m in self.members)
+
+    def structured(self) -> bool:
+        return any(m.structured() for m in self.members)
 
 
 def union(members: list[Node]) -> Node:
@@ -231,7 +248,7 @@ class Converter:
             if extra is False:
                 fields["additionalProperties"] = False
             notes.append(f"object: {_compact(fields, MAX_NOTE)}")
-            return DictType(AnyType())
+            return DictType(AnyType(), fields=True)
         if isinstance(extra, dict) and extra:
             return DictType(self.convert(extra, notes, seen))
         return DictType(AnyType())
