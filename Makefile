@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 EXAMPLE_PORT := 8031
 
-.PHONY: setup demo test lint generate check clean
+.PHONY: setup demo test lint generate check golden clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -33,3 +33,7 @@ check: setup
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache
+
+# Rewrite the golden cases' expected.py after an intended change of the generator (then review the diff).
+golden: setup
+	for case in tests/golden/*/; do (cd $$case && ../../../$(PY) -m orsgen) || exit 1; done

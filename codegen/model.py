@@ -65,7 +65,7 @@ class Adapter:
         return [p for t in self.tools for p in t.params if p.alias]
 
     def warnings(self) -> list[str]:
-        found = [f"tool {t.wire_name!r}: {w}" for t in self.tools for w in t.warnings]
+        found = [f"tool {t.wire_name!r}: {w}" for t in self.tools for w in dict.fromkeys(t.warnings)]
         return found + [f"tool {name!r} skipped: {why}" for name, why in self.skipped]
 
 

@@ -45,7 +45,7 @@ def for_tool(prefix: str, schema: dict[str, Any]) -> Hints:
     defined = [n.name for n in tree.body if isinstance(n, ast.ClassDef)]
     defined += [d for d in map(_defines, tree.body) if d is not None and d not in defined]
     names = {n: n if n.startswith(prefix) else prefix + n for n in defined}
-    _Rename(names).visit(tree)
+    _Rename(names, root).visit(tree)
     hints = Hints()
     for node in tree.body:
         if isinstance(node, (ast.Import, ast.ImportFrom)):
@@ -58,8 +58,9 @@ def for_tool(prefix: str, schema: dict[str, Any]) -> Hints:
 
 
 class _Rename(ast.NodeTransformer):
-    def __init__(self, names: dict[str, str]) -> None:
+    def __init__(self, names: dict[str, str], root: str) -> None:
         self.names = names
+        self.root = root  # its fields become the parameters' annotations: those stay unquoted
 
     def visit_Name(self, node: ast.Name) -> ast.Name:
         node.id = self.names.get(node.id, node.id)
@@ -69,7 +70,7 @@ class _Rename(ast.NodeTransformer):
         node.name = self.names.get(node.name, node.name)
         self.generic_visit(node)
         for statement in node.body:  # fields may name classes defined later (or themselves): quote them
-            if isinstance(statement, ast.AnnAssign):
+            if isinstance(statement, ast.AnnAssign) and node.name != self.root:
                 statement.annotation = _Quote(set(self.names.values())).visit(statement.annotation)
         return node
 

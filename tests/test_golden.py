@@ -1,0 +1,39 @@
+"""Golden cases: one folder each (tools.json, pyproject.toml with the options, expected.py), compared byte for byte
+with `orsgen --check`, then type-checked and linted. Regenerate them all with `make golden`."""
+
+import inspect
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from transformers.utils import get_json_schema
+
+from tests.conftest import load, orsgen
+
+CASES = sorted(p.parent for p in (Path(__file__).parent / "golden").glob("*/pyproject.toml"))
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_expected_output_is_current(case):
+    result = orsgen("--check", cwd=case)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr
+    module = load(case / "expected.py")
+    adapter_class = next(v for v in vars(module).values() if isinstance(v, type) and v.__bases__ == (module._Adapter,))
+    instance = adapter_class()
+    tools = [getattr(instance, n) for n, _ in inspect.getmembers(adapter_class, inspect.isfunction)
+             if not n.startswith("_") and n not in ("reset", "get_reward")]
+    assert tools
+    for tool in tools:
+        get_json_schema(tool)
+
+
+def test_expected_outputs_pass_ruff_and_mypy():
+    paths = [str(c / "expected.py") for c in CASES]
+    ruff = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", *paths],
+                          check=False, capture_output=True, text=True)
+    assert ruff.returncode == 0, ruff.stdout
+    for path in paths:  # one at a time: every module defines the same runtime names
+        mypy = subprocess.run([sys.executable, "-m", "mypy", "--ignore-missing-imports", "--no-incremental", path],
+                              check=False, capture_output=True, text=True)
+        assert mypy.returncode == 0, mypy.stdout
