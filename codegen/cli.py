@@ -6,14 +6,18 @@ Argument plumbing only: the stages live in their own modules. Exit codes: 0 done
 
 import argparse
 import difflib
+import json
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from orsgen import __version__, config, model, pin, pipeline, report, write
+from orsgen import __version__, config, model, naming, pin, pipeline, report, write
 from orsgen.errors import OrsgenError
-from orsgen.fetch import fetch
+from orsgen.fetch import Source, fetch
+from orsgen.fetch import tasks as fetch_tasks
+from orsgen.render import bundle as render_bundle
 
 
 def parser() -> argparse.ArgumentParser:
@@ -23,15 +27,19 @@ def parser() -> argparse.ArgumentParser:
         "With no TARGET, every target in [tool.orsgen] of ./pyproject.toml.",
     )
     p.add_argument(
-        "target",
+        "targets",
         metavar="TARGET",
-        nargs="?",
-        help="server URL, catalog name owner/name, a /tools JSON file, or an orsgen module (its embedded snapshot)",
+        nargs="*",
+        help="server URL, catalog name owner/name, a /tools JSON file, or an orsgen module (its embedded snapshot); "
+        "with several (or several --env), -o is a directory: one module each plus bundle.py for training on all",
     )
-    p.add_argument("-o", "--output", type=Path, help="the module to write, e.g. generated/env.py")
-    p.add_argument("--env", help="environment on a multi-environment server (default: the first one)")
+    p.add_argument("-o", "--output", type=Path, help="the module to write (e.g. generated/env.py), or a directory")
+    p.add_argument("--env", action="append", help="environment of a multi-environment server (default: the first); "
+                   "repeat it for several")
     p.add_argument("--class-name", help="adapter class name (default: the environment's name in PascalCase)")
     p.add_argument("--templates", type=Path, help="directory of templates that shadow the built-in ones, by file")
+    p.add_argument("--pin-tasks", action="store_true", help="also write every split's tasks next to the module "
+                   "(FILE.tasks.json): dataset() then needs no network and is reproducible")
     p.add_argument("--check", action="store_true", help="write nothing; exit 1 if the output is not up to date")
     p.add_argument("--report", action="store_true", help="print what the model will see of each tool next to the "
                    "original schema, and what went into argument text or was lost (-o optional)")
@@ -41,20 +49,37 @@ def parser() -> argparse.ArgumentParser:
 
 
 def jobs(args: argparse.Namespace) -> list[config.Job]:
-    if args.target is None:
-        if args.output or args.env or args.class_name:
+    envs = args.env or []
+    if not args.targets:
+        if args.output or envs or args.class_name:
             raise OrsgenError("-o, --env and --class-name go with a TARGET")
-        found = config.load(args.config)
-        return [config.Job(j.target, j.output, j.env, j.class_name, args.templates or j.templates) for j in found]
+        listed = config.load(args.config)
+        return [replace(j, templates=args.templates or j.templates, pin_tasks=args.pin_tasks or j.pin_tasks) for j in listed]
     if args.output is None and not args.report:
         raise OrsgenError("give the output module with -o FILE")
     output = Path(os.path.normpath(args.output or "adapter.py"))
-    return [config.Job(args.target, output, args.env, args.class_name, args.templates)]
+    if len(args.targets) == 1 and len(envs) <= 1:
+        return [config.Job(args.targets[0], output, envs[0] if envs else None, args.class_name, args.templates,
+                           args.pin_tasks)]
+    if output.suffix == ".py" or args.class_name:
+        raise OrsgenError("with several environments, -o is a directory and --class-name cannot be used")
+    if len(args.targets) > 1 and envs:
+        raise OrsgenError("--env picks environments of one TARGET; give either several TARGETs or several --env")
+    pairs = [(args.targets[0], e) for e in envs] if envs else [(t, None) for t in args.targets]
+    found: list[config.Job] = []
+    names: set[str] = set()
+    for target, env in pairs:
+        source, snap = fetch(target, env)
+        name = naming.unique(naming.module_name(source.env or source.name), names, BUNDLE_NAMES)
+        found.append(config.Job(target, output / f"{name}.py", env, None, args.templates, args.pin_tasks, (source, snap)))
+    return found
 
 
-def render(job: config.Job) -> tuple[str, model.Adapter, dict[str, Any]]:
+def render(job: config.Job) -> tuple[str, model.Adapter, dict[str, Any], Source]:
     """(module text, adapter model) for a job; a `.py` target is regenerated from its embedded snapshot, offline."""
-    if job.target.endswith(".py"):
+    if job.fetched is not None:
+        (source, snap), class_name, command = job.fetched, None, job.command()
+    elif job.target.endswith(".py"):
         pinned = pin.read(Path(job.target))
         source, snap, class_name, command = pinned.source, pinned.snapshot, pinned.class_name, pinned.command
     else:
@@ -68,24 +93,50 @@ def render(job: config.Job) -> tuple[str, model.Adapter, dict[str, Any]]:
         module_name=_module_name(job.output),
         template_dir=job.templates,
     )
-    return text, adapter, snap
+    return text, adapter, snap, source
 
 
-def check(job: config.Job, text: str) -> int:
-    if not job.output.is_file():
-        raise OrsgenError(f"cannot check {job.output}: no such file")
-    old = job.output.read_text(encoding="utf-8")
+def pin_tasks(job: config.Job, source: Source, snap: dict[str, Any]) -> None:
+    if source.url is None and "/" not in source.deployment:
+        raise OrsgenError(f"--pin-tasks needs a server or catalog TARGET, not {job.target}")
+    splits = [s if isinstance(s, str) else s.get("name") for s in snap.get("splits") or [source.split]]
+    pinned = fetch_tasks(source, [s for s in splits if isinstance(s, str)])
+    path = job.output.with_name(job.output.stem + ".tasks.json")
+    write.atomic(path, json.dumps(pinned, ensure_ascii=False, indent=1, sort_keys=True) + "\n")
+    print(f"wrote {path}: " + ", ".join(f"{len(v)} {k} tasks" for k, v in pinned["splits"].items()))
+
+
+def check(output: Path, text: str, pinned: bool = True) -> int:
+    if not output.is_file():
+        raise OrsgenError(f"cannot check {output}: no such file")
+    old = output.read_text(encoding="utf-8")
     if old == text:
-        print(f"{job.output}: up to date")
+        print(f"{output}: up to date")
         return 0
-    before = pin.read(job.output)  # not an orsgen module: exit 2, it cannot be checked
-    after = pin.read_text(text)
-    print(f"{job.output}: stale")
-    for line in pin.tool_changes(before.snapshot, after.snapshot):
+    changes = pin.tool_changes(pin.read(output).snapshot, pin.read_text(text).snapshot) if pinned else []
+    print(f"{output}: stale")  # (pin.read above: not an orsgen module means it cannot be checked, exit 2)
+    for line in changes:
         print(f"  {line}")
-    path = job.output.as_posix()
+    path = output.as_posix()
     sys.stdout.writelines(difflib.unified_diff(old.splitlines(True), text.splitlines(True), path, f"{path} (new)"))
     return 1
+
+
+BUNDLE_NAMES = frozenset({"bundle"})
+
+
+def write_bundle(directory: Path, members: list[tuple[str, str]], check_only: bool) -> int:
+    """bundle.py: every environment's adapter as TRL's dict environment_factory, and one mixed dataset."""
+    path = directory / "bundle.py"
+    text = render_bundle(members)
+    if check_only:
+        return check(path, text, pinned=False)
+    write.atomic(path, text)
+    package = directory / "__init__.py"
+    if not package.exists():  # a package, so that bundle.py's relative imports resolve (and type checkers follow)
+        write.atomic(package, "")
+    print(f"wrote {path}: environments {', '.join(name for name, _ in members)}")
+    return 0
 
 
 def _module_name(output: Path) -> str:
@@ -97,20 +148,27 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     status = 0
     try:
-        for job in jobs(args):
-            text, adapter, snap = render(job)
+        todo = jobs(args)
+        members = []
+        for job in todo:
+            text, adapter, snap, source = render(job)
             for warning in adapter.warnings():
                 print(f"orsgen: warning: {warning}", file=sys.stderr)
             if args.report:
                 print(report.render(text, adapter, snap)[0], end="")
                 if args.output is None and args.target is not None:
                     continue
+            members.append((job.output.stem, adapter.class_name))
             if args.check:
-                status = max(status, check(job, text))
+                status = max(status, check(job.output, text))
             else:
                 write.atomic(job.output, text)
                 names = ", ".join(t.wire_name for t in adapter.tools)
                 print(f"wrote {job.output}: class {adapter.class_name}, {len(adapter.tools)} tools ({names})")
+                if job.pin_tasks:
+                    pin_tasks(job, source, snap)
+        if any(job.fetched is not None for job in todo):
+            status = max(status, write_bundle(todo[0].output.parent, members, args.check))
     except OrsgenError as exc:
         print(f"orsgen: error: {exc}", file=sys.stderr)
         return 2

@@ -8,6 +8,7 @@
     output = "generated/seta.py"
     env = "seta"                        # optional
     class-name = "Seta"                 # optional
+    pin-tasks = true                    # optional: write the task list next to the module
 """
 
 import tomllib
@@ -17,7 +18,7 @@ from typing import Any
 
 from orsgen.errors import OrsgenError
 
-KEYS = {"target", "output", "env", "class-name", "templates"}
+KEYS = {"target", "output", "env", "class-name", "templates", "pin-tasks"}
 
 
 @dataclass
@@ -27,12 +28,15 @@ class Job:
     env: str | None = None
     class_name: str | None = None
     templates: Path | None = None
+    pin_tasks: bool = False
+    fetched: Any = None  # (Source, snapshot) when already fetched (several environments into one directory)
 
     def command(self) -> str:
         """The command line that regenerates this output (written into its header)."""
         words = ["orsgen", self.target]
         words += ["--env", self.env] if self.env else []
         words += ["--class-name", self.class_name] if self.class_name else []
+        words += ["--pin-tasks"] if self.pin_tasks else []
         return " ".join([*words, "-o", self.output.as_posix()])
 
 
@@ -69,4 +73,5 @@ def _job(name: str, spec: Any, base: Path, shared: Any, pyproject: Path) -> Job:
         env=spec.get("env"),
         class_name=spec.get("class-name"),
         templates=base / templates if templates else None,
+        pin_tasks=bool(spec.get("pin-tasks", False)),
     )

@@ -106,6 +106,20 @@ def _with_tools(source: Source, api_key: str) -> tuple[Source, dict[str, Any]]:
     return source, _snap(source.env, tools, extra)
 
 
+def tasks(source: Source, splits: list[str]) -> dict[str, Any]:
+    """Every task spec of the splits, for `--pin-tasks` (one task-range request per split)."""
+    from openreward import OpenReward
+
+    client = OpenReward(api_key=os.environ.get("OPENREWARD_API_KEY", ""))
+    try:
+        handle = client.environments.get(source.deployment, variant=source.env, base_url=source.url)
+        return {"format": 1, "env": source.env, "splits": {s: [t.task_spec for t in handle.get_task_range(s)] for s in splits}}
+    except Exception as exc:  # noqa: BLE001 - the SDK raises many transport types; the user needs one line
+        raise OrsgenError(f"fetching the tasks of {source.env or source.deployment} failed: {_safe(exc)}") from None
+    finally:
+        client.environments.close()
+
+
 def _snap(env: str | None, tools: list[dict[str, Any]], extra: dict[str, Any]) -> dict[str, Any]:
     snap = snapshot.make(env, tools, extra)
     try:

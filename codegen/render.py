@@ -53,9 +53,18 @@ def module(
             sha256=sha256(snap),
             command=command,
             module_name=module_name,
+            tasks_file=module_name.rsplit(".", 1)[-1] + ".tasks.json",
             version=__version__,
         )
     )
     formatted = black.format_str(text, mode=MODE)
     compile(formatted, module_name, "exec")  # a template bug must fail here, not in the user's training run
+    return formatted
+
+
+def bundle(members: list[tuple[str, str]], template_dir: Path | None = None) -> str:
+    """The module that trains on several environments: members are (module name, adapter class) pairs."""
+    text = environment(template_dir).get_template("bundle.py.jinja").render(members=members, version=__version__)
+    formatted = black.format_str(text, mode=MODE)
+    compile(formatted, "bundle", "exec")
     return formatted

@@ -52,3 +52,86 @@ def test_grpo_trains_against_generated_adapter(echo_server, generate, tmp_path, 
         assert entry["tools/call_frequency"] >= 1.0
         assert entry["tools/failure_frequency"] == 0.0
     assert sorted(env.get_reward() for env in trainer.environments) == [0.0] * 4 + [1.0] * 4
+
+
+def test_grpo_on_two_environments_from_a_bundle(multi_server, tmp_path):
+    import importlib
+    import sys
+
+    import torch
+    from trl import GRPOTrainer
+
+    from tests.conftest import orsgen
+
+    torch.set_num_threads(2)
+    result = orsgen(multi_server.url, "--env", "echo", "--env", "quiz", "-o", str(tmp_path / "envs"))
+    assert result.returncode == 0, result.stderr
+    sys.path.insert(0, str(tmp_path))
+    try:
+        bundle = importlib.import_module("envs.bundle")
+    finally:
+        sys.path.remove(str(tmp_path))
+    mixed = bundle.dataset(num_tasks=2)
+    assert sorted(set(mixed["environment"])) == ["echo", "quiz"]
+    factories = {name: recording(cls) for name, cls in bundle.ENVIRONMENTS.items()}
+    probes = {name: cls() for name, cls in bundle.ENVIRONMENTS.items()}
+    conversations = [tiny.conversation("Echo the word apple", "echo", {"text": "apple"}, "apple"),
+                     tiny.conversation("What is 2+2?", "answer", {"answer": "4"}, "correct")]
+    tok = tiny.tokenizer(conversations, [m for p in probes.values() for m in tool_methods(p)])
+
+    def first_turn(i: int, prompt: str) -> str:
+        word = re.search(r"Echo the word (\w+)", prompt)
+        if word:
+            return tiny.call_text("echo", {"text": word.group(1)})
+        return tiny.call_text("answer", {"answer": "4"})
+
+    trainer = GRPOTrainer(
+        model=tiny.model(tok),
+        processing_class=tok,
+        args=tiny.grpo_config(str(tmp_path / "out"), 2, max_tool_calling_iterations=1, num_generations=2,
+                              per_device_train_batch_size=4),
+        train_dataset=mixed,
+        environment_factory=factories,
+        rollout_func=tiny.scripted_rollouts(first_turn),
+    )
+    trainer.train()
+    bundle.close_all()
+    echo_calls = [c for c in factories["echo"].calls if c[0] == "echo"]
+    quiz_calls = [c for c in factories["quiz"].calls if c[0] == "answer"]
+    assert echo_calls and quiz_calls  # each environment's own tools ran, on its own server-side env
+    assert all(result == args["text"] for _, args, result in echo_calls)
+    assert {result for _, _, result in quiz_calls} <= {"correct", "wrong"}
+    logged = {k for entry in trainer.state.log_history for k in entry if k.startswith("rewards/")}
+    assert {"rewards/Echo/mean", "rewards/Quiz/mean"} <= logged
+
+
+def test_grpo_with_environment_owned_data(echo_server, generate, tmp_path):
+    import torch
+    from trl import GRPOTrainer
+
+    torch.set_num_threads(2)
+    mod = generate(echo_server.url)
+    probe = mod.Echo()
+    tok = tiny.tokenizer([tiny.conversation("Echo the word apple", "echo", {"text": "apple"}, "apple")],
+                         tool_methods(probe))
+    prompts: list[str] = []
+
+    def first_turn(i: int, prompt: str) -> str:
+        prompts.append(prompt)
+        return tiny.call_text("echo", {"text": re.search(r"Echo the word (\w+)", prompt).group(1)})
+
+    env_class = recording(mod.Echo)
+    trainer = GRPOTrainer(  # no train_dataset: the adapter picks the tasks
+        model=tiny.model(tok),
+        processing_class=tok,
+        args=tiny.grpo_config(str(tmp_path / "out"), 2, max_tool_calling_iterations=1),
+        environment_factory=env_class,
+        rollout_func=tiny.scripted_rollouts(first_turn),
+    )
+    trainer.train()
+    mod.close_all()
+    assert len(prompts) == 16
+    groups = [prompts[i:i + 4] for i in range(0, 16, 4)]  # num_generations=4: each group shares its task
+    assert all(len(set(g)) == 1 for g in groups), groups
+    assert len({g[0] for g in groups}) == 4
+    assert all(entry["rewards/Echo/mean"] == 1.0 for entry in trainer.state.log_history if "rewards/Echo/mean" in entry)

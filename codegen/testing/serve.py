@@ -17,6 +17,7 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 HOST = "127.0.0.1"
 
@@ -42,13 +43,39 @@ def main(specs: list[str] | None = None) -> None:
     from openreward.environments import Server
 
     server = Server([load(s) for s in specs or args.envs])
-    uvicorn.run(server.app, host=HOST, port=args.port, log_level="warning")
+    app = Counting(server.app) if os.environ.get("ORSGEN_COUNT_REQUESTS") else server.app
+    uvicorn.run(app, host=HOST, port=args.port, log_level="warning")
+
+
+class Counting:
+    """ASGI wrapper counting requests by "METHOD /path"; `GET /_requests` returns the counts and resets them."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.counts: dict[str, int] = {}
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        if scope["path"] == "/_requests":
+            body = json.dumps(self.counts).encode()
+            self.counts = {}
+            await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]})
+            return await send({"type": "http.response.body", "body": body})
+        key = f"{scope['method']} {scope['path']}"
+        self.counts[key] = self.counts.get(key, 0) + 1
+        return await self.app(scope, receive, send)
 
 
 @dataclass
 class Running:
     url: str
     process: subprocess.Popen[bytes]
+
+    def requests(self) -> dict[str, int]:
+        """Requests received since the last call (the server must run with ORSGEN_COUNT_REQUESTS=1)."""
+        with urllib.request.urlopen(f"{self.url}/_requests", timeout=5) as r:
+            return dict(json.loads(r.read()))
 
     def stop(self) -> None:
         if self.process.poll() is None:
@@ -80,8 +107,8 @@ def start(*specs: str, port: int | None = None, timeout: float = 30.0, env: dict
 
 
 @contextlib.contextmanager
-def running(*specs: str, port: int | None = None) -> Iterator[Running]:
-    server = start(*specs, port=port)
+def running(*specs: str, port: int | None = None, env: dict[str, str] | None = None) -> Iterator[Running]:
+    server = start(*specs, port=port, env=env)
     try:
         yield server
     finally:

@@ -25,9 +25,10 @@ import atexit
 import contextlib
 import json
 import os
+import sys
 import threading
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
@@ -324,16 +325,79 @@ def _check_drift(env: "Environment", where: str) -> None:
         _drift_checked.add(where)
 
 
-def _text(blocks: Sequence[Any]) -> str:
-    return "\n".join(
-        block.text if block.type == "text" else f"[{block.type} block: {getattr(block, 'mimeType', '')}]"
-        for block in blocks
-    )
+def _content(blocks: Sequence[Any]) -> Any:
+    """Text blocks joined into one string; with images, a list of content parts (what TRL passes to VLMs)."""
+    if all(block.type == "text" for block in blocks):
+        return "\n".join(block.text for block in blocks)
+    parts: list[dict[str, Any]] = []
+    for block in blocks:
+        if block.type == "text":
+            parts.append({"type": "text", "text": block.text})
+        elif block.type == "image":
+            parts.append({"type": "image", "image": _image(block.data, block.mimeType)})
+    return parts
+
+
+def _image(data: str, mime: str) -> Any:
+    """A PIL image when Pillow is installed (what processors take), else a data URI."""
+    try:
+        import base64
+        import io
+
+        from PIL import Image
+
+        return Image.open(io.BytesIO(base64.b64decode(data)))
+    except ImportError:
+        return f"data:{mime};base64,{data}"
+
+
+class _TaskOrder:
+    """Which task a reset() without task_index gets: a seeded shuffle of the split, reshuffled every epoch, shared
+    by every adapter of this module. `group` consecutive resets get the same task (GRPO's num_generations)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.calls: dict[str, int] = {}
+        self.sizes: dict[str, int] = {}
+
+    def next(self, env: "Environment", split: str, group: int, seed: int) -> int:
+        import random
+
+        with self.lock:
+            if split not in self.sizes:
+                self.sizes[split] = env.num_tasks(split)
+            calls = self.calls.get(split, 0)
+            self.calls[split] = calls + 1
+            epoch, position = divmod(calls // group, self.sizes[split])
+            order = list(range(self.sizes[split]))
+            random.Random(seed * 1_000_003 + epoch).shuffle(order)
+            return order[position]
+
+
+_task_order = _TaskOrder()
+
+
+def _trainer_generations() -> int | None:
+    """num_generations of the GRPOTrainer calling reset(), found on the call stack (reset is called by the trainer
+    with its rows, and a placeholder row does not say which group it belongs to)."""
+    frame: Any = sys._getframe(2)
+    for _ in range(6):
+        if frame is None:
+            break
+        owner = frame.f_locals.get("self")
+        generations = getattr(owner, "num_generations", None)
+        if isinstance(generations, int) and generations > 0:
+            return generations
+        frame = frame.f_back
+    return None
 
 
 class _Adapter:
     """Session handling and episode state. Only ``reset`` and ``get_reward`` are public: TRL offers every other
     public function of an environment class to the model as a tool."""
+
+    group_size: int | None = None  # resets without task_index sharing a task; None: the trainer's num_generations
+    task_seed = 0  # seed of that task order
 
     def __init__(
         self,
@@ -356,34 +420,51 @@ class _Adapter:
         self.metadata: dict[str, Any] | None = None
         self.finished = False
         self.last_output: Any = None
+        self.task_index: int | None = None
+        self._reward_claimed = False
         _live.add(self)
 
-    def reset(self, **row: Any) -> str:
-        """Close the previous episode, open a session on ``row["task_index"]`` and return the task's prompt text."""
+    def reset(self, **row: Any) -> Any:
+        """Close the previous episode, open a session on ``row["task_index"]`` and return the task's prompt.
+
+        Without a ``task_index`` (``GRPOTrainer`` with no ``train_dataset``: the environment owns the data), the next
+        task of a seeded shuffle of the split is taken, shared by all adapters of this module; ``group_size``
+        consecutive resets get the same task (default: the calling trainer's ``num_generations``).
+        """
         self._close()
         self.reward, self.rewards, self.metadata, self.finished, self.last_output = None, [], None, False, None
-        if row.get("task_index") is None:
-            raise ValueError(f"{type(self).__name__}.reset() needs a task_index (dataset rows from dataset() have one)")
-        index, split = int(row["task_index"]), row.get("split") or self._split
+        self._reward_claimed = False
+        split = row.get("split") or self._split
         if self._env is None:
             self._env = _environment(self._url, self._api_key)
+        if row.get("task_index") is None:
+            group = self.group_size or _trainer_generations() or 1
+            index = _task_order.next(self._env, split, group, self.task_seed)
+        else:
+            index = int(row["task_index"])
+        self.task_index = index
         if self._check_drift:
             _check_drift(self._env, _server(self._url) or DEPLOYMENT)
         session = self._env.session(split=split, index=index, secrets=self._secrets)
         try:
             session.__enter__()
             self._session = session
-            prompt = _text(session.get_prompt())
+            prompt = _content(session.get_prompt())
         except Exception as exc:
             self._close()
             raise RuntimeError(f"{type(self).__name__}: cannot start task {index} of split {split!r}: {exc}") from exc
         return prompt
 
     def get_reward(self) -> float | None:
-        """The last reward a tool returned in this episode; None when nothing was scored."""
-        return self.reward
+        """The last reward a tool returned in this episode; None when nothing was scored (or when one of this
+        module's reward functions already counted this episode: a reward is never counted twice)."""
+        return None if self._reward_claimed else self.reward
 
-    def _call(self, name: str, arguments: dict[str, Any]) -> str:
+    def _claim(self, value: float | None) -> float | None:
+        self._reward_claimed = True
+        return value
+
+    def _call(self, name: str, arguments: dict[str, Any]) -> Any:
         if self._session is None:
             raise ToolError(f"{name}: no episode is open (reset() was not called)")
         from aiohttp import ClientError
@@ -403,7 +484,7 @@ class _Adapter:
         if output.metadata is not None:
             self.metadata = output.metadata
         self.finished = self.finished or bool(output.finished)
-        return _text(output.blocks)
+        return _content(output.blocks)
 
     def _close(self) -> None:
         """End the open session, if any (also at the next reset, at exit and on garbage collection)."""
@@ -559,6 +640,33 @@ class Filesystem(_Adapter):
 
 
 RESERVED_COLUMNS = ("prompt", "task_index", "split", "environment")
+# Written by `orsgen --pin-tasks`: when present, dataset() reads the tasks from it and sends no request.
+PINNED_TASKS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "expected.tasks.json")
+_CHUNK = 1024  # tasks per request when a split is large enough for a progress bar
+
+
+def _task_specs(split: str, start: int, stop: int | None, url: str | None, api_key: str | None) -> list[Any]:
+    """Task specs start..stop of a split: from the pinned file, else by task ranges (never one request per task)."""
+    if os.path.exists(PINNED_TASKS):
+        with open(PINNED_TASKS, encoding="utf-8") as f:
+            splits = json.load(f)["splits"]
+        if split not in splits:
+            raise ValueError(f"dataset(): split {split!r} is not in {PINNED_TASKS} (it has {sorted(splits)})")
+        return list(splits[split][start:stop])
+    env = _environment(url, api_key)
+    if stop is None or stop - start <= _CHUNK:
+        return [task.task_spec for task in env.get_task_range(split, start, stop)]
+    from tqdm.auto import tqdm
+
+    specs: list[Any] = []
+    with tqdm(total=stop - start, desc=f"tasks of {split}", unit="task") as bar:
+        for lo in range(start, stop, _CHUNK):
+            chunk = env.get_task_range(split, lo, min(lo + _CHUNK, stop))
+            specs += [task.task_spec for task in chunk]
+            bar.update(len(chunk))
+            if len(chunk) < min(_CHUNK, stop - lo):
+                break
+    return specs
 
 
 def dataset(
@@ -583,9 +691,8 @@ def dataset(
         raise ValueError("dataset(): pass num_tasks or indices, not both")
     if num_tasks is not None and num_tasks < 0:
         raise ValueError(f"dataset(): num_tasks must be >= 0, got {num_tasks}")
-    env = _environment(url, api_key)
     if indices is None:
-        tasks = env.get_task_range(split, 0, num_tasks)
+        tasks = _task_specs(split, 0, num_tasks, url, api_key)
         if num_tasks is not None and len(tasks) < num_tasks:
             raise ValueError(f"dataset(): split {split!r} has {len(tasks)} tasks, {num_tasks} were asked for")
         chosen = list(enumerate(tasks))
@@ -594,11 +701,11 @@ def dataset(
         if not wanted or min(wanted) < 0:
             raise ValueError(f"dataset(): indices must be a non-empty list of indices >= 0, got {list(indices)}")
         start = min(wanted)
-        tasks = env.get_task_range(split, start, max(wanted) + 1)
+        tasks = _task_specs(split, start, max(wanted) + 1, url, api_key)
         if max(wanted) >= start + len(tasks):
             raise ValueError(f"dataset(): index {max(wanted)} is out of range: split {split!r} has fewer tasks")
         chosen = [(i, tasks[i - start]) for i in wanted]
-    specs = [task.task_spec if include_metadata and isinstance(task.task_spec, dict) else {} for _, task in chosen]
+    specs = [spec if include_metadata and isinstance(spec, dict) else {} for _, spec in chosen]
     columns: dict[str, list[Any]] = {
         "prompt": [[{"role": "user", "content": ""}] for _ in chosen],
         "task_index": [i for i, _ in chosen],
@@ -611,3 +718,39 @@ def dataset(
             values = [None if v is None else json.dumps(v, sort_keys=True) for v in values]  # one Arrow type
         columns[key] = values
     return Dataset.from_dict(columns)
+
+
+# Reward functions for ``GRPOTrainer(reward_funcs=[...])``. Without any, TRL uses the adapter's ``get_reward()``
+# (the outcome); with one of these, ``get_reward()`` returns None for the episodes it scored, so no episode is counted
+# twice. They read ``environments``, which AsyncGRPOTrainer does not pass: there, rely on ``get_reward()``.
+
+
+def outcome_reward(environments: Sequence[_Adapter], **kwargs: Any) -> list[float | None]:
+    """The last reward a tool gave in each episode (None: unscored)."""
+    return [env._claim(env.reward) for env in environments]
+
+
+def total_reward(environments: Sequence[_Adapter], **kwargs: Any) -> list[float | None]:
+    """The sum of every step's reward (None when no step was scored)."""
+    return [
+        env._claim(sum(r for r in env.rewards if r is not None) if any(r is not None for r in env.rewards) else None)
+        for env in environments
+    ]
+
+
+def finished_reward(environments: Sequence[_Adapter], **kwargs: Any) -> list[float | None]:
+    """The outcome of episodes that finished; 0.0 for episodes that did not."""
+    return [env._claim(env.reward if env.finished else 0.0) for env in environments]
+
+
+def shaped_reward(shape: Callable[[_Adapter], float | None], name: str = "shaped_reward") -> Any:
+    """A reward function from your own shaping of an episode, e.g. a bonus for finishing early::
+
+    reward_funcs=[shaped_reward(lambda env: (env.reward or 0.0) - 0.01 * len(env.rewards))]
+    """
+
+    def reward(environments: Sequence[_Adapter], **kwargs: Any) -> list[float | None]:
+        return [env._claim(shape(env)) for env in environments]
+
+    reward.__name__ = reward.__qualname__ = name
+    return reward
