@@ -38,6 +38,8 @@ def parser() -> argparse.ArgumentParser:
                    "repeat it for several")
     p.add_argument("--class-name", help="adapter class name (default: the environment's name in PascalCase)")
     p.add_argument("--templates", type=Path, help="directory of templates that shadow the built-in ones, by file")
+    p.add_argument("--task-tools-from", metavar="TASKS", help="also read the tools these tasks advertise in a session "
+                   "(0,1,5 | 0-9 | all): each distinct set of task-specific tools gets its own adapter class")
     p.add_argument("--pin-tasks", action="store_true", help="also write every split's tasks next to the module "
                    "(FILE.tasks.json): dataset() then needs no network and is reproducible")
     p.add_argument("--check", action="store_true", help="write nothing; exit 1 if the output is not up to date")
@@ -60,7 +62,7 @@ def jobs(args: argparse.Namespace) -> list[config.Job]:
     output = Path(os.path.normpath(args.output or "adapter.py"))
     if len(args.targets) == 1 and len(envs) <= 1:
         return [config.Job(args.targets[0], output, envs[0] if envs else None, args.class_name, args.templates,
-                           args.pin_tasks)]
+                           args.pin_tasks, task_tools_from=args.task_tools_from)]
     if output.suffix == ".py" or args.class_name:
         raise OrsgenError("with several environments, -o is a directory and --class-name cannot be used")
     if len(args.targets) > 1 and envs:
@@ -69,9 +71,10 @@ def jobs(args: argparse.Namespace) -> list[config.Job]:
     found: list[config.Job] = []
     names: set[str] = set()
     for target, env in pairs:
-        source, snap = fetch(target, env)
+        source, snap = fetch(target, env, args.task_tools_from)
         name = naming.unique(naming.module_name(source.env or source.name), names, BUNDLE_NAMES)
-        found.append(config.Job(target, output / f"{name}.py", env, None, args.templates, args.pin_tasks, (source, snap)))
+        found.append(config.Job(target, output / f"{name}.py", env, None, args.templates, args.pin_tasks,
+                                args.task_tools_from, fetched=(source, snap)))
     return found
 
 
@@ -83,7 +86,7 @@ def render(job: config.Job) -> tuple[str, model.Adapter, dict[str, Any], Source]
         pinned = pin.read(Path(job.target))
         source, snap, class_name, command = pinned.source, pinned.snapshot, pinned.class_name, pinned.command
     else:
-        source, snap = fetch(job.target, job.env)
+        source, snap = fetch(job.target, job.env, job.task_tools_from)
         class_name, command = job.class_name, job.command()
     text, adapter = pipeline.build(
         source,

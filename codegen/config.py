@@ -18,7 +18,7 @@ from typing import Any
 
 from orsgen.errors import OrsgenError
 
-KEYS = {"target", "output", "env", "class-name", "templates", "pin-tasks"}
+KEYS = {"target", "output", "env", "class-name", "templates", "pin-tasks", "task-tools-from"}
 
 
 @dataclass
@@ -29,6 +29,7 @@ class Job:
     class_name: str | None = None
     templates: Path | None = None
     pin_tasks: bool = False
+    task_tools_from: str | None = None
     fetched: Any = None  # (Source, snapshot) when already fetched (several environments into one directory)
 
     def command(self) -> str:
@@ -36,6 +37,7 @@ class Job:
         words = ["orsgen", self.target]
         words += ["--env", self.env] if self.env else []
         words += ["--class-name", self.class_name] if self.class_name else []
+        words += ["--task-tools-from", self.task_tools_from] if self.task_tools_from else []
         words += ["--pin-tasks"] if self.pin_tasks else []
         return " ".join([*words, "-o", self.output.as_posix()])
 
@@ -74,4 +76,5 @@ def _job(name: str, spec: Any, base: Path, shared: Any, pyproject: Path) -> Job:
         class_name=spec.get("class-name"),
         templates=base / templates if templates else None,
         pin_tasks=bool(spec.get("pin-tasks", False)),
+        task_tools_from=str(spec["task-tools-from"]) if "task-tools-from" in spec else None,
     )

@@ -28,15 +28,18 @@ class Source:
     split: str  # default split
 
 
-def fetch(target: str, env: str | None = None) -> tuple[Source, dict[str, Any]]:
-    """(source, snapshot) for a TARGET: a URL, `owner/name`, or a JSON file."""
+def fetch(target: str, env: str | None = None, task_tools_from: str | None = None) -> tuple[Source, dict[str, Any]]:
+    """(source, snapshot) for a TARGET: a URL, `owner/name`, or a JSON file. `task_tools_from` names the tasks
+    ("0,1,5", "0-9", "all") whose session tool lists (`/task_tools`) are read for task-specific tools."""
     if re.match(r"https?://", target):
-        return _from_url(target.rstrip("/"), env)
+        return _from_url(target.rstrip("/"), env, task_tools_from)
     path = Path(target)
     if path.suffix == ".json" or path.exists():
+        if task_tools_from:
+            raise OrsgenError("--task-tools-from needs a server or catalog TARGET (task tools need live sessions)")
         return _from_file(target, path, env)
     if CATALOG.fullmatch(target):
-        return _from_catalog(target, env)
+        return _from_catalog(target, env, task_tools_from)
     raise OrsgenError(f"TARGET {target!r} is not a URL, an owner/name catalog name or an existing JSON file")
 
 
@@ -57,16 +60,16 @@ def _from_file(target: str, path: Path, env: str | None) -> tuple[Source, dict[s
     return source, _snap(source.env, tools, extra)
 
 
-def _from_url(url: str, env: str | None) -> tuple[Source, dict[str, Any]]:
+def _from_url(url: str, env: str | None, task_tools_from: str | None) -> tuple[Source, dict[str, Any]]:
     envs = _get_json(f"{url}/list_environments", {})
     if not isinstance(envs, list) or not envs or not all(isinstance(e, str) for e in envs):
         raise OrsgenError(f"{url}/list_environments did not return a list of environment names")
     chosen = _choose(envs, env, url)
     source = Source(target=url, url=url, deployment=chosen, env=chosen, name=chosen, split="train")
-    return _with_tools(source, api_key=os.environ.get("OPENREWARD_API_KEY", ""))
+    return _with_tools(source, os.environ.get("OPENREWARD_API_KEY", ""), task_tools_from)
 
 
-def _from_catalog(name: str, env: str | None) -> tuple[Source, dict[str, Any]]:
+def _from_catalog(name: str, env: str | None, task_tools_from: str | None) -> tuple[Source, dict[str, Any]]:
     api_key = os.environ.get("OPENREWARD_API_KEY", "")
     if not api_key:
         raise OrsgenError(f"{name} is a catalog name: set OPENREWARD_API_KEY (it is used, never stored)")
@@ -81,10 +84,10 @@ def _from_catalog(name: str, env: str | None) -> tuple[Source, dict[str, Any]]:
         except OrsgenError:
             env = None  # the platform routes by deployment; the SDK then uses bare paths
     source = Source(target=name, url=None, deployment=name, env=env, name=name.split("/", 1)[1], split="train")
-    return _with_tools(source, api_key=api_key)
+    return _with_tools(source, api_key, task_tools_from)
 
 
-def _with_tools(source: Source, api_key: str) -> tuple[Source, dict[str, Any]]:
+def _with_tools(source: Source, api_key: str, task_tools_from: str | None) -> tuple[Source, dict[str, Any]]:
     from openreward import OpenReward
 
     client = OpenReward(api_key=api_key)
@@ -93,17 +96,61 @@ def _with_tools(source: Source, api_key: str) -> tuple[Source, dict[str, Any]]:
         # The raw /tools body: the SDK's ToolSpec list drops terminal_tool, its provider formats are lossy.
         response = handle._run(handle._async._tools_response())
         splits = handle.list_splits()
+        source.split = _default_split(splits)
+        tools, rest = normalize.tool_list(response, source.target)
+        per_task = _task_tools(handle, source.split, task_tools_from, tools) if task_tools_from else None
+    except OrsgenError:
+        raise
     except Exception as exc:  # noqa: BLE001 - the SDK raises many transport types; the user needs one line
         raise OrsgenError(f"fetching tools of {source.env or source.deployment} from {source.target} failed: "
                           f"{_safe(exc)}") from None
     finally:
         client.environments.close()
-    tools, rest = normalize.tool_list(response, source.target)
     extra: dict[str, Any] = {"splits": splits}
     if rest.get("terminal_tool"):
         extra["terminal_tool"] = rest["terminal_tool"]
-    source.split = _default_split(splits)
+    if per_task:
+        extra["task_tools"] = per_task
     return source, _snap(source.env, tools, extra)
+
+
+def task_indices(spec: str, count: int) -> list[int]:
+    """ "all", "0-9", "0,1,5" or a mix ("0-3,7") -> sorted task indices below `count`."""
+    if spec.strip() == "all":
+        return list(range(count))
+    found: set[int] = set()
+    for part in spec.split(","):
+        lo, _, hi = part.strip().partition("-")
+        if not lo.isdigit() or (hi and not hi.isdigit()):
+            raise OrsgenError(f"--task-tools-from {spec!r}: use indices, ranges like 0-9, or 'all'")
+        found.update(range(int(lo), int(hi or lo) + 1))
+    outside = [i for i in found if i >= count]
+    if outside:
+        raise OrsgenError(f"--task-tools-from: task {min(outside)} does not exist (the split has {count} tasks)")
+    return sorted(found)
+
+
+def _task_tools(handle: Any, split: str, spec: str, shared: list[dict[str, Any]]) -> dict[str, Any]:
+    """Tools that only some tasks advertise: their specs, which tasks list each, and schemas that differ by task."""
+    indices = task_indices(spec, handle.num_tasks(split))
+    shared_specs = {t["name"]: t for t in shared}
+    specs: dict[str, dict[str, Any]] = {}
+    tasks: dict[str, list[int]] = {}
+    conflicts: list[str] = []
+    for index in indices:
+        with handle.session(split=split, index=index) as session:
+            listed, _ = normalize.tool_list({"tools": [vars(t) for t in session.list_tools()]}, "task_tools")
+        for tool in listed:
+            name = tool["name"]
+            known = shared_specs.get(name) or specs.get(name)
+            if known is None:
+                specs[name] = tool
+            elif snapshot.canonical(known) != snapshot.canonical(tool):
+                conflicts.append(f"{name!r} differs on task {index} from {'the shared tool' if name in shared_specs else 'its first listing'}; the first is kept")
+            if name not in shared_specs:
+                tasks.setdefault(name, []).append(index)
+    return {"split": split, "tools": sorted(specs.values(), key=lambda t: t["name"]), "tasks": tasks,
+            "conflicts": conflicts}
 
 
 def tasks(source: Source, splits: list[str]) -> dict[str, Any]:

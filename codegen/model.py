@@ -43,15 +43,29 @@ class Tool:
 
 
 @dataclass
+class Variant:
+    """The adapter for the tasks that advertise task-specific tools: the shared tools plus these."""
+
+    class_name: str
+    tools: list[Tool]
+    tasks: list[int]
+
+
+@dataclass
 class Adapter:
     class_name: str
     env: str | None
     tools: list[Tool]
     skipped: list[tuple[str, str]]  # (tool name, reason): what could not be generated, reported by the CLI
+    variants: list[Variant] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # other warnings (e.g. a tool whose schema differs by task)
+
+    def all_tools(self) -> list[Tool]:
+        return self.tools + [t for v in self.variants for t in v.tools]
 
     def imports(self) -> list[str]:
         """Names the module imports from `typing` (the TypedDicts' included)."""
-        runtime = frozenset().union(*(t.imports() for t in self.tools))
+        runtime = frozenset().union(*(t.imports() for t in self.all_tools()))
         return sorted(runtime | (typeddicts.names_used(self.hint_sources()) & typeddicts.TYPING_NAMES))
 
     def extension_imports(self) -> list[str]:
@@ -59,38 +73,66 @@ class Adapter:
         return sorted(typeddicts.names_used(self.hint_sources()) & typeddicts.EXTENSION_NAMES)
 
     def hint_sources(self) -> list[str]:
-        return [c for t in self.tools for c in t.classes] + [p.hint for t in self.tools for p in t.params if p.hint]
+        tools = self.all_tools()
+        return [c for t in tools for c in t.classes] + [p.hint for t in tools for p in t.params if p.hint]
 
     def aliased(self) -> list[Param]:
-        return [p for t in self.tools for p in t.params if p.alias]
+        return [p for t in self.all_tools() for p in t.params if p.alias]
 
     def warnings(self) -> list[str]:
-        found = [f"tool {t.wire_name!r}: {w}" for t in self.tools for w in dict.fromkeys(t.warnings)]
-        return found + [f"tool {name!r} skipped: {why}" for name, why in self.skipped]
+        found = [f"tool {t.wire_name!r}: {w}" for t in self.all_tools() for w in dict.fromkeys(t.warnings)]
+        return found + [f"tool {name!r} skipped: {why}" for name, why in self.skipped] + self.notes
 
 
 # Top-level schema keys the signature or the docstring carries (or that mean nothing to the model).
 CARRIED = {"type", "properties", "required", "title", "description", "$defs", "definitions", "$schema"}
 
 
-def build(tools: list[dict[str, Any]], class_name: str, env: str | None) -> Adapter:
-    taken: set[str] = set()  # attribute names
+def build(tools: list[dict[str, Any]], class_name: str, env: str | None, task_tools: Any = None) -> Adapter:
+    """The adapter for `tools`; `task_tools` (the snapshot's, if any) adds one subclass per task-specific tool set."""
+    taken: set[str] = set()  # attribute names, shared by the base class and its variants
     prefixes: set[str] = set()  # TypedDict class name prefixes
-    built, skipped = [], []
-    seen_wire: set[str] = set()
-    for spec in tools:
+    skipped: list[tuple[str, str]] = []
+    seen: set[str] = set()
+    adapter = Adapter(class_name, env, _tools(tools, taken, prefixes, skipped, seen), skipped)
+    if isinstance(task_tools, dict) and task_tools.get("tools"):
+        extra = {t.wire_name: t for t in _tools(task_tools["tools"], taken, prefixes, skipped, seen)}
+        adapter.variants = _variants(class_name, extra, task_tools.get("tasks") or {})
+        adapter.notes = [f"task tools: {c}" for c in task_tools.get("conflicts") or []]
+    return adapter
+
+
+def _tools(specs: list[dict[str, Any]], taken: set[str], prefixes: set[str], skipped: list[tuple[str, str]],
+           seen: set[str]) -> list[Tool]:
+    built = []
+    for spec in specs:
         name = spec["name"]
-        if name in seen_wire:
+        if name in seen:
             skipped.append((name, "listed twice; the first definition is used"))
             continue
-        seen_wire.add(name)
+        seen.add(name)
         try:
-            tool = _tool(spec, taken, prefixes)
+            built.append(_tool(spec, taken, prefixes))
         except (TypeError, ValueError, KeyError, AttributeError, RecursionError) as exc:
             skipped.append((name, f"schema cannot be read ({type(exc).__name__}: {exc})"))
-            continue
-        built.append(tool)
-    return Adapter(class_name=class_name, env=env, tools=built, skipped=skipped)
+    return built
+
+
+def _variants(base: str, extra: dict[str, Tool], tasks: dict[str, list[int]]) -> list[Variant]:
+    """Tasks grouped by the task-specific tools they advertise; one class per distinct set."""
+    by_task: dict[int, set[str]] = {}
+    for name, indices in sorted(tasks.items()):
+        if name in extra:
+            for index in indices:
+                by_task.setdefault(int(index), set()).add(name)
+    groups: dict[tuple[str, ...], list[int]] = {}
+    for index, names in sorted(by_task.items()):
+        groups.setdefault(tuple(sorted(names)), []).append(index)
+    variants, taken = [], {base}
+    for names, indices in sorted(groups.items()):
+        words = "".join(naming.class_name(extra[n].py_name) for n in names) if len(names) <= 3 else f"{len(names)}Tools"
+        variants.append(Variant(naming.unique(f"{base}With{words}", taken), [extra[n] for n in names], indices))
+    return variants
 
 
 def _tool(spec: dict[str, Any], taken: set[str], prefixes: set[str]) -> Tool:

@@ -20,7 +20,7 @@ def build(
     name = class_name or naming.class_name(source.name)
     if not name.isidentifier() or name.startswith("_"):
         raise OrsgenError(f"class name {name!r} is not a public Python identifier")
-    adapter = model.build(snap["tools"], name, source.env)
+    adapter = model.build(snap["tools"], name, source.env, snap.get("task_tools"))
     return render.module(adapter, source, snap, command, module_name, template_dir), adapter
 
 

@@ -639,6 +639,11 @@ class Filesystem(_Adapter):
         return self._call("list_allowed_directories", {})
 
 
+# The adapter class of each task (by the task-specific tools it advertises), as TRL's dict environment_factory.
+ENVIRONMENTS: dict[str, type[Filesystem]] = {"Filesystem": Filesystem}
+TASK_ENVIRONMENTS: dict[int, str] = {}
+TASK_TOOLS_SPLIT: str | None = None
+
 RESERVED_COLUMNS = ("prompt", "task_index", "split", "environment")
 # Written by `orsgen --pin-tasks`: when present, dataset() reads the tasks from it and sends no request.
 PINNED_TASKS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "expected.tasks.json")
@@ -681,7 +686,8 @@ def dataset(
     """The tasks of a split as a ``datasets.Dataset`` for ``GRPOTrainer(train_dataset=...)``.
 
     Rows hold ``prompt`` (an empty user message: ``reset()`` supplies the task's prompt), ``task_index``, ``split``
-    and, with ``include_metadata``, one column per task-spec key. ``num_tasks`` takes the first N tasks,
+    and, with ``include_metadata``, one column per task-spec key. When tasks advertise their own tools, an
+    ``environment`` column names each row's class: train with ``environment_factory=ENVIRONMENTS``. ``num_tasks`` takes the first N tasks,
     ``indices`` the ones named; the default is the whole split.
     """
     from datasets import Dataset
@@ -711,6 +717,8 @@ def dataset(
         "task_index": [i for i, _ in chosen],
         "split": [split for _ in chosen],
     }
+    if TASK_ENVIRONMENTS and split == TASK_TOOLS_SPLIT:  # task-specific tools: route each row to its class
+        columns["environment"] = [TASK_ENVIRONMENTS.get(i, "Filesystem") for i, _ in chosen]
     for key in sorted({k for spec in specs for k in spec} - set(RESERVED_COLUMNS)):
         values = [spec.get(key) for spec in specs]
         kinds = {type(v) for v in values if v is not None}

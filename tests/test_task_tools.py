@@ -1,0 +1,85 @@
+"""Task-specific tools (one adapter class per distinct set, routed by the `environment` column) and terminal tools."""
+
+import re
+
+import pytest
+
+from orsgen.demo import recording, tool_methods
+from orsgen.testing import serve, tiny
+from tests.conftest import load, orsgen
+
+
+@pytest.fixture(scope="module")
+def quest(tmp_path_factory):
+    with serve.running("tests.envs.quest:Quest") as server:
+        out = tmp_path_factory.mktemp("quest") / "quest.py"
+        result = orsgen(server.url, "--task-tools-from", "all", "-o", str(out))
+        assert result.returncode == 0, result.stderr
+        yield server, load(out), result
+
+
+def test_task_tools_become_subclasses(quest):
+    _, mod, result = quest
+    assert "'hint' differs on task 5 from its first listing" in result.stderr  # reported, not silently overwritten
+    assert set(mod.ENVIRONMENTS) == {"Quest", "QuestWithHint", "QuestWithPeek"}
+    assert mod.TASK_ENVIRONMENTS == {1: "QuestWithHint", 3: "QuestWithHint", 5: "QuestWithHint", 4: "QuestWithPeek"}
+    assert sorted(t.__name__ for t in tool_methods(mod.Quest())) == ["guess"]
+    assert sorted(t.__name__ for t in tool_methods(mod.QuestWithHint())) == ["guess", "hint"]
+    assert sorted(t.__name__ for t in tool_methods(mod.QuestWithPeek())) == ["guess", "peek"]
+    assert [t["name"] for t in mod.SNAPSHOT["task_tools"]["tools"]] == ["hint", "peek"]
+    env = mod.QuestWithHint()
+    assert env.reset(task_index=3) == "Guess the word (5 letters)"
+    assert env.hint(level=2) == "co"
+    ds = mod.dataset()
+    assert ds["environment"] == ["Quest", "QuestWithHint", "Quest", "QuestWithHint", "QuestWithPeek", "QuestWithHint"]
+    mod.close_all()
+
+
+def test_task_tools_from_some_tasks_and_bad_specs(quest, tmp_path):
+    server, _, _ = quest
+    out = tmp_path / "even.py"
+    assert orsgen(server.url, "--task-tools-from", "0,2", "-o", str(out)).returncode == 0
+    assert load(out).ENVIRONMENTS.keys() == {"Quest"}
+    for spec, message in (("x", "use indices"), ("0-9", "task 6 does not exist")):
+        result = orsgen(server.url, "--task-tools-from", spec, "-o", str(out))
+        assert result.returncode == 2 and message in result.stderr
+
+
+def test_terminal_reward_submits_the_final_message(quest):
+    _, mod, _ = quest
+    assert mod.TERMINAL_TOOL["name"] == "final" and "final" not in {t.__name__ for t in tool_methods(mod.Quest())}
+    right, wrong = mod.Quest(), mod.Quest()
+    right.reset(task_index=0)
+    wrong.reset(task_index=0)
+    completions = [[{"role": "assistant", "content": "Sun"}], [{"role": "assistant", "content": "moon"}]]
+    assert mod.terminal_reward(completions, [right, wrong]) == [1.0, -1.0]
+    assert right.finished and right.get_reward() is None  # counted once, by the reward function
+    mod.close_all()
+
+
+def test_grpo_offers_task_tools_only_to_their_tasks(quest, tmp_path):
+    import torch
+    from trl import GRPOTrainer
+
+    torch.set_num_threads(2)
+    _, mod, _ = quest
+    factories = {name: recording(cls) for name, cls in mod.ENVIRONMENTS.items()}
+    tok = tiny.tokenizer([tiny.conversation("Guess the word (3 letters)", "hint", {"level": 1}, "s")],
+                         tool_methods(mod.QuestWithHint()) + tool_methods(mod.QuestWithPeek()))
+    trainer = GRPOTrainer(
+        model=tiny.model(tok),
+        processing_class=tok,
+        args=tiny.grpo_config(str(tmp_path / "out"), 1, max_tool_calling_iterations=1, num_generations=2,
+                              per_device_train_batch_size=12),
+        train_dataset=mod.dataset(),
+        environment_factory=factories,
+        rollout_func=tiny.scripted_rollouts(lambda i, prompt: tiny.call_text("hint", {"level": 1})),
+    )
+    trainer.train()
+    mod.close_all()
+    hinted = {name: [c for c in cls.calls if c[0] == "hint"] for name, cls in factories.items()}
+    assert len(hinted["QuestWithHint"]) == 6  # tasks 1, 3, 5 x 2 generations: the tool was theirs
+    assert hinted["Quest"] == [] and hinted["QuestWithPeek"] == []  # elsewhere TRL refused: not their tool
+    failures = [e["tools/failure_frequency"] for e in trainer.state.log_history if "tools/failure_frequency" in e]
+    assert failures and failures[0] == pytest.approx(0.5)
+    assert all(re.fullmatch(r"[a-z]+", r) for _, _, r in hinted["QuestWithHint"])
