@@ -126,8 +126,8 @@ def _variants(base: str, extra: dict[str, Tool], tasks: dict[str, list[int]]) ->
             for index in indices:
                 by_task.setdefault(int(index), set()).add(name)
     groups: dict[tuple[str, ...], list[int]] = {}
-    for index, names in sorted(by_task.items()):
-        groups.setdefault(tuple(sorted(names)), []).append(index)
+    for index, advertised in sorted(by_task.items()):
+        groups.setdefault(tuple(sorted(advertised)), []).append(index)
     variants, taken = [], {base}
     for names, indices in sorted(groups.items()):
         words = "".join(naming.class_name(extra[n].py_name) for n in names) if len(names) <= 3 else f"{len(names)}Tools"
