@@ -40,6 +40,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--templates", type=Path, help="directory of templates that shadow the built-in ones, by file")
     p.add_argument("--task-tools-from", metavar="TASKS", help="also read the tools these tasks advertise in a session "
                    "(0,1,5 | 0-9 | all): each distinct set of task-specific tools gets its own adapter class")
+    p.add_argument("--async-tools", action="store_true", help="tool methods as `async def`: TRL runs the calls of one "
+                   "message concurrently")
     p.add_argument("--pin-tasks", action="store_true", help="also write every split's tasks next to the module "
                    "(FILE.tasks.json): dataset() then needs no network and is reproducible")
     p.add_argument("--check", action="store_true", help="write nothing; exit 1 if the output is not up to date")
@@ -56,13 +58,14 @@ def jobs(args: argparse.Namespace) -> list[config.Job]:
         if args.output or envs or args.class_name:
             raise OrsgenError("-o, --env and --class-name go with a TARGET")
         listed = config.load(args.config)
-        return [replace(j, templates=args.templates or j.templates, pin_tasks=args.pin_tasks or j.pin_tasks) for j in listed]
+        return [replace(j, templates=args.templates or j.templates, pin_tasks=args.pin_tasks or j.pin_tasks,
+                        async_tools=args.async_tools or j.async_tools) for j in listed]
     if args.output is None and not args.report:
         raise OrsgenError("give the output module with -o FILE")
     output = Path(os.path.normpath(args.output or "adapter.py"))
     if len(args.targets) == 1 and len(envs) <= 1:
         return [config.Job(args.targets[0], output, envs[0] if envs else None, args.class_name, args.templates,
-                           args.pin_tasks, task_tools_from=args.task_tools_from)]
+                           args.pin_tasks, task_tools_from=args.task_tools_from, async_tools=args.async_tools)]
     if output.suffix == ".py" or args.class_name:
         raise OrsgenError("with several environments, -o is a directory and --class-name cannot be used")
     if len(args.targets) > 1 and envs:
@@ -74,17 +77,19 @@ def jobs(args: argparse.Namespace) -> list[config.Job]:
         source, snap = fetch(target, env, args.task_tools_from)
         name = naming.unique(naming.module_name(source.env or source.name), names, BUNDLE_NAMES)
         found.append(config.Job(target, output / f"{name}.py", env, None, args.templates, args.pin_tasks,
-                                args.task_tools_from, fetched=(source, snap)))
+                                args.task_tools_from, args.async_tools, fetched=(source, snap)))
     return found
 
 
 def render(job: config.Job) -> tuple[str, model.Adapter, dict[str, Any], Source]:
     """(module text, adapter model) for a job; a `.py` target is regenerated from its embedded snapshot, offline."""
+    async_tools = job.async_tools
     if job.fetched is not None:
         (source, snap), class_name, command = job.fetched, None, job.command()
     elif job.target.endswith(".py"):
         pinned = pin.read(Path(job.target))
         source, snap, class_name, command = pinned.source, pinned.snapshot, pinned.class_name, pinned.command
+        async_tools = async_tools or pinned.async_tools
     else:
         source, snap = fetch(job.target, job.env, job.task_tools_from)
         class_name, command = job.class_name, job.command()
@@ -95,6 +100,7 @@ def render(job: config.Job) -> tuple[str, model.Adapter, dict[str, Any], Source]
         command=command,
         module_name=_module_name(job.output),
         template_dir=job.templates,
+        async_tools=async_tools,
     )
     return text, adapter, snap, source
 

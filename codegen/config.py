@@ -9,6 +9,7 @@
     env = "seta"                        # optional
     class-name = "Seta"                 # optional
     pin-tasks = true                    # optional: write the task list next to the module
+    async-tools = true                  # optional: `async def` tools (TRL gathers them)
 """
 
 import tomllib
@@ -18,7 +19,7 @@ from typing import Any
 
 from orsgen.errors import OrsgenError
 
-KEYS = {"target", "output", "env", "class-name", "templates", "pin-tasks", "task-tools-from"}
+KEYS = {"target", "output", "env", "class-name", "templates", "pin-tasks", "task-tools-from", "async-tools"}
 
 
 @dataclass
@@ -30,6 +31,7 @@ class Job:
     templates: Path | None = None
     pin_tasks: bool = False
     task_tools_from: str | None = None
+    async_tools: bool = False
     fetched: Any = None  # (Source, snapshot) when already fetched (several environments into one directory)
 
     def command(self) -> str:
@@ -39,6 +41,7 @@ class Job:
         words += ["--class-name", self.class_name] if self.class_name else []
         words += ["--task-tools-from", self.task_tools_from] if self.task_tools_from else []
         words += ["--pin-tasks"] if self.pin_tasks else []
+        words += ["--async-tools"] if self.async_tools else []
         return " ".join([*words, "-o", self.output.as_posix()])
 
 
@@ -77,4 +80,5 @@ def _job(name: str, spec: Any, base: Path, shared: Any, pyproject: Path) -> Job:
         templates=base / templates if templates else None,
         pin_tasks=bool(spec.get("pin-tasks", False)),
         task_tools_from=str(spec["task-tools-from"]) if "task-tools-from" in spec else None,
+        async_tools=bool(spec.get("async-tools", False)),
     )

@@ -17,6 +17,7 @@ class Pinned:
     snapshot: dict[str, Any]
     class_name: str
     command: str
+    async_tools: bool
 
 
 def read(path: Path) -> Pinned:
@@ -62,7 +63,7 @@ def read_text(text: str, path: str = "<module>") -> Pinned:
         name=class_name,
         split=values["SPLIT"],
     )
-    return Pinned(source, values["SNAPSHOT"], class_name, command)
+    return Pinned(source, values["SNAPSHOT"], class_name, command, bool(values.get("ASYNC_TOOLS", False)))
 
 
 def tool_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:

@@ -16,12 +16,13 @@ def build(
     command: str = "",
     module_name: str = "adapter",
     template_dir: Path | None = None,
+    async_tools: bool = False,
 ) -> tuple[str, model.Adapter]:
     name = class_name or naming.class_name(source.name)
     if not name.isidentifier() or name.startswith("_"):
         raise OrsgenError(f"class name {name!r} is not a public Python identifier")
     adapter = model.build(snap["tools"], name, source.env, snap.get("task_tools"))
-    return render.module(adapter, source, snap, command, module_name, template_dir), adapter
+    return render.module(adapter, source, snap, command, module_name, template_dir, async_tools), adapter
 
 
 def from_tools(data: Any, *, env: str = "env", class_name: str | None = None) -> tuple[str, model.Adapter]:

@@ -42,6 +42,7 @@ def module(
     command: str,
     module_name: str,
     template_dir: Path | None = None,
+    async_tools: bool = False,
 ) -> str:
     text = (
         environment(template_dir)
@@ -54,6 +55,7 @@ def module(
             command=command,
             module_name=module_name,
             tasks_file=module_name.rsplit(".", 1)[-1] + ".tasks.json",
+            async_tools=async_tools,
             version=__version__,
         )
     )

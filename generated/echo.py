@@ -21,7 +21,9 @@ api_key=..., secrets=...)`` (e.g. via ``functools.partial``), or with ``OPENREWA
 ``OPENREWARD_API_KEY``. Importing this module or constructing the adapter sends no request.
 """
 
+import asyncio
 import atexit
+import concurrent.futures
 import contextlib
 import json
 import os
@@ -41,6 +43,7 @@ URL: str | None = "http://127.0.0.1:8031"  # session server; None: OPENREWARD_SE
 DEPLOYMENT = "echo"
 ENV: str | None = "echo"
 SPLIT = "train"
+ASYNC_TOOLS = False  # tool methods are coroutines: TRL runs the calls of one message concurrently
 SNAPSHOT_SHA256 = "a7ddb926c8869efb9d289e4e596ee32a9027866e0c9785e2c84d613947818265"
 SNAPSHOT: dict[str, Any] = {
     "env": "echo",
@@ -94,6 +97,71 @@ class ToolError(RuntimeError):
     """A failed tool call. TRL shows the message to the model and counts the call in tools/failure_frequency."""
 
 
+# Bounds on every wait for the server, in seconds (the SDK itself waits for ever on some requests).
+RESET_TIMEOUT = float(os.environ.get("ORSGEN_RESET_TIMEOUT", "120"))
+TOOL_TIMEOUT = float(os.environ.get("ORSGEN_TOOL_TIMEOUT", "900"))
+CLOSE_TIMEOUT = float(os.environ.get("ORSGEN_CLOSE_TIMEOUT", "10"))
+_closing: "set[concurrent.futures.Future[Any]]" = set()  # sessions being closed in the background
+
+
+def _wait(session: Any, coroutine: Any, timeout: float, setting: str) -> Any:
+    """Run an SDK coroutine on the SDK's loop and wait at most `timeout` seconds for it."""
+    future = asyncio.run_coroutine_threadsafe(coroutine, session._loop)
+    try:
+        return future.result(timeout=timeout)
+    except concurrent.futures.TimeoutError:
+        future.cancel()
+        raise TimeoutError(f"no answer within {timeout:g}s ({setting})") from None
+
+
+def _payload(arguments: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in arguments.items() if value is not UNSET}
+
+
+def _failures() -> tuple[type[BaseException], ...]:
+    """What a tool call can fail with: the tool's own error, the SDK's and the transport's, a timeout."""
+    from aiohttp import ClientError
+    from openreward.api.errors import OpenRewardError
+
+    return (OpenRewardError, ClientError, OSError, TimeoutError)
+
+
+def _tool_error(name: str, exc: BaseException) -> "ToolError":
+    from openreward.api.errors import ToolCallError
+
+    if isinstance(exc, ToolCallError):
+        return ToolError(f"{name} failed ({exc.reason}): {exc.detail}")
+    return ToolError(" ".join(f"{name} failed: {type(exc).__name__}: {exc}".split()))
+
+
+def _fix_sse_parser() -> None:
+    """The SDK strips all leading spaces of an SSE data line; the SSE spec strips one. Results cut into 4096-character
+    chunks lose the spaces at a cut. Swap in a parser that follows the spec (same events otherwise)."""
+    from openreward.api._session import http
+
+    async def parse(response: Any) -> Any:
+        event, data = None, []  # type: ignore[var-annotated]
+        async for raw in response.content:
+            line = raw.decode("utf-8", "replace").rstrip("\r\n")
+            if not line:
+                if event:
+                    yield event, "\n".join(data)
+                event, data = None, []
+                continue
+            if line.startswith(":"):
+                continue
+            field, _, value = line.partition(":")
+            value = value.removeprefix(" ")
+            if field == "event":
+                event = value
+            elif field == "data":
+                data.append(value)
+
+    if getattr(http, "_parse_sse_events", None) is not None and not getattr(http, "_orsgen_fixed", False):
+        http._parse_sse_events = parse
+        http._orsgen_fixed = True
+
+
 class DriftError(RuntimeError):
     """The server's tools are not the ones pinned in this module: regenerate it (or set ORSGEN_DRIFT_CHECK=0)."""
 
@@ -108,10 +176,11 @@ _live: "weakref.WeakSet[_Adapter]" = weakref.WeakSet()
 
 
 def close_all() -> None:
-    """Close every open session of this module's adapters. GRPOTrainer never closes its environments: call this
-    after ``trainer.train()`` (it also runs at interpreter exit)."""
+    """Close every open session of this module's adapters and wait (bounded) until the server has them closed.
+    GRPOTrainer never closes its environments: call this after ``trainer.train()`` (it also runs at exit)."""
     for adapter in list(_live):
         adapter._close()
+    concurrent.futures.wait(list(_closing), timeout=CLOSE_TIMEOUT)
 
 
 def _environment(url: str | None, api_key: str | None) -> "Environment":
@@ -126,6 +195,7 @@ def _environment(url: str | None, api_key: str | None) -> "Environment":
             # first, so sessions are closed while the SDK can still send requests.
             environments = _clients[key] = OpenReward(api_key=key).environments
             atexit.register(close_all)
+            _fix_sse_parser()
     return environments.get(DEPLOYMENT, variant=ENV, base_url=_server(url))
 
 
@@ -286,12 +356,15 @@ class _Adapter:
             _check_drift(self._env, _server(self._url) or DEPLOYMENT)
         session = self._env.session(split=split, index=index, secrets=self._secrets)
         try:
-            session.__enter__()
+            _wait(session, session._async.__aenter__(), RESET_TIMEOUT, "ORSGEN_RESET_TIMEOUT")
             self._session = session
-            prompt = _content(session.get_prompt())
+            prompt = _content(_wait(session, session._async.get_prompt(), RESET_TIMEOUT, "ORSGEN_RESET_TIMEOUT"))
         except Exception as exc:
             self._close()
-            raise RuntimeError(f"{type(self).__name__}: cannot start task {index} of split {split!r}: {exc}") from exc
+            reason = " ".join(f"{type(exc).__name__}: {exc}".split())  # one line, however the SDK formats it
+            raise RuntimeError(
+                f"{type(self).__name__}: cannot start task {index} of split {split!r}: {reason}"
+            ) from exc
         return prompt
 
     def get_reward(self) -> float | None:
@@ -304,18 +377,31 @@ class _Adapter:
         return value
 
     def _call(self, name: str, arguments: dict[str, Any]) -> Any:
+        session = self._open_session(name)
+        try:
+            coroutine = session._async.call_tool(name, _payload(arguments))
+            return self._record(_wait(session, coroutine, TOOL_TIMEOUT, "ORSGEN_TOOL_TIMEOUT"))
+        except _failures() as exc:
+            raise _tool_error(name, exc) from None
+
+    async def _acall(self, name: str, arguments: dict[str, Any]) -> Any:
+        """`_call` for `async def` tools: awaits on the caller's loop while the SDK's loop does the request."""
+        session = self._open_session(name)
+        future = asyncio.run_coroutine_threadsafe(session._async.call_tool(name, _payload(arguments)), session._loop)
+        try:
+            return self._record(await asyncio.wait_for(asyncio.wrap_future(future), TOOL_TIMEOUT))
+        except TimeoutError:
+            future.cancel()
+            raise ToolError(f"{name}: no answer within {TOOL_TIMEOUT:g}s (ORSGEN_TOOL_TIMEOUT)") from None
+        except _failures() as exc:
+            raise _tool_error(name, exc) from None
+
+    def _open_session(self, name: str) -> Any:
         if self._session is None:
             raise ToolError(f"{name}: no episode is open (reset() was not called)")
-        from aiohttp import ClientError
-        from openreward.api.errors import OpenRewardError, ToolCallError
+        return self._session
 
-        payload = {key: value for key, value in arguments.items() if value is not UNSET}
-        try:
-            output = self._session.call_tool(name, payload)
-        except ToolCallError as exc:
-            raise ToolError(f"{name} failed ({exc.reason}): {exc.detail}") from None
-        except (OpenRewardError, ClientError, OSError, TimeoutError) as exc:  # the SDK's transport failures
-            raise ToolError(f"{name} failed: {type(exc).__name__}: {exc}") from None
+    def _record(self, output: Any) -> Any:
         self.last_output = output
         self.rewards.append(output.reward)
         if output.reward is not None:
@@ -325,15 +411,25 @@ class _Adapter:
         self.finished = self.finished or bool(output.finished)
         return _content(output.blocks)
 
-    def _close(self) -> None:
-        """End the open session, if any (also at the next reset, at exit and on garbage collection)."""
+    def _close(self, wait: bool = False) -> None:
+        """End the open session, if any: at the next reset, at exit and on garbage collection. The server is told
+        in the background, so the next rollout does not wait for it; `wait=True` waits (bounded)."""
         session, self._session = self._session, None
-        if session is not None:
-            with contextlib.suppress(Exception):  # the server reaps sessions it stops hearing from
-                session.__exit__(None, None, None)
+        if session is None:
+            return
+        try:
+            future = asyncio.run_coroutine_threadsafe(session._async.__aexit__(None, None, None), session._loop)
+        except RuntimeError:  # the SDK's loop is gone (interpreter exit): the server reaps the session
+            return
+        _closing.add(future)
+        future.add_done_callback(_closing.discard)
+        if wait:
+            with contextlib.suppress(Exception):
+                future.result(timeout=CLOSE_TIMEOUT)
 
     def __del__(self) -> None:
-        self._close()
+        with contextlib.suppress(Exception):
+            self._close()
 
 
 class Echo(_Adapter):

@@ -48,23 +48,36 @@ def main(specs: list[str] | None = None) -> None:
 
 
 class Counting:
-    """ASGI wrapper counting requests by "METHOD /path"; `GET /_requests` returns the counts and resets them."""
+    """ASGI wrapper counting requests by "METHOD /path" and tracking open sessions (a 200 on /create opens one,
+    /delete closes it). `GET /_requests` returns the counts and resets them; `GET /_sessions` the open ones."""
 
     def __init__(self, app: Any) -> None:
         self.app = app
         self.counts: dict[str, int] = {}
+        self.open: set[str] = set()
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        if scope["path"] == "/_requests":
-            body = json.dumps(self.counts).encode()
-            self.counts = {}
+        if scope["path"] in ("/_requests", "/_sessions"):
+            reply: Any = self.counts if scope["path"] == "/_requests" else sorted(self.open)
+            if scope["path"] == "/_requests":
+                self.counts = {}
             await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]})
-            return await send({"type": "http.response.body", "body": body})
+            return await send({"type": "http.response.body", "body": json.dumps(reply).encode()})
         key = f"{scope['method']} {scope['path']}"
         self.counts[key] = self.counts.get(key, 0) + 1
-        return await self.app(scope, receive, send)
+        sid = dict(scope["headers"]).get(b"x-session-id", b"").decode()
+
+        async def watch(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start" and message["status"] == 200 and sid:
+                if key == "POST /create":
+                    self.open.add(sid)
+                elif key == "POST /delete":
+                    self.open.discard(sid)
+            await send(message)
+
+        return await self.app(scope, receive, watch)
 
 
 @dataclass
@@ -76,6 +89,16 @@ class Running:
         """Requests received since the last call (the server must run with ORSGEN_COUNT_REQUESTS=1)."""
         with urllib.request.urlopen(f"{self.url}/_requests", timeout=5) as r:
             return dict(json.loads(r.read()))
+
+    def open_sessions(self) -> list[str]:
+        """Sessions created and not deleted (the server must run with ORSGEN_COUNT_REQUESTS=1)."""
+        with urllib.request.urlopen(f"{self.url}/_sessions", timeout=5) as r:
+            return list(json.loads(r.read()))
+
+    def kill(self) -> None:
+        """Die without closing anything, as a crashed server does."""
+        self.process.kill()
+        self.process.wait()
 
     def stop(self) -> None:
         if self.process.poll() is None:

@@ -1,0 +1,199 @@
+"""Run-time behaviour against live servers: round trips, SSE framing, timeouts, faults, leaks, secrets, scale-out."""
+
+import asyncio
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from orsgen.testing import serve
+from tests.conftest import load, orsgen
+
+COUNTING = {"ORSGEN_COUNT_REQUESTS": "1"}
+
+
+@pytest.fixture(scope="module")
+def faulty(tmp_path_factory):
+    with serve.running("tests.envs.faulty:Faulty", env=COUNTING) as server:
+        out = tmp_path_factory.mktemp("faulty") / "faulty_adapter.py"
+        assert orsgen(server.url, "-o", str(out)).returncode == 0
+        yield server, load(out), out
+
+
+def test_round_trips(faulty):
+    server, mod, _ = faulty
+    env = mod.Faulty()
+    server.requests()
+    env.reset(task_index=0)  # the first reset of the process also compares the live tools with the pinned ones
+    first = server.requests()
+    assert first.get("GET /faulty/tools") == 1
+    env.reset(task_index=1)
+    time.sleep(0.3)  # the previous session is closed in the background
+    counts = server.requests()
+    assert counts.get("POST /create_session") == 1 and counts.get("POST /create") == 1
+    assert counts.get("GET /faulty/prompt") == 1 and counts.get("POST /delete") == 1
+    assert not [k for k in {**first, **counts} if k.split(" ")[1] in ("/prompt", "/call", "/tools")]  # no 308 hops
+    env.slow(seconds=0)
+    assert server.requests() == {"POST /faulty/call": 1}  # one request per tool call
+    mod.close_all()
+
+
+def test_spaces_at_sse_chunk_boundaries_arrive_intact(faulty):
+    _, mod, _ = faulty
+    env = mod.Faulty()
+    env.reset(task_index=0)
+    assert env.spacey() == "x" * 4056 + " " * 10 + "END"  # the SDK alone returns 4059 characters
+    mod.close_all()
+
+
+def test_no_session_is_left_open_after_200_rollouts(faulty):
+    server, mod, _ = faulty
+    pool = [mod.Faulty() for _ in range(8)]
+    for i in range(200):
+        env = pool[i % 8]
+        env.reset(task_index=i % 3)
+        assert env.slow(seconds=0) == "slept 0.0"
+    assert len(server.open_sessions()) == 8  # each adapter keeps its current episode until the next reset
+    mod.close_all()
+    assert server.open_sessions() == []
+    del pool, env  # garbage collection closes too
+    fresh = mod.Faulty()
+    fresh.reset(task_index=0)
+    del fresh
+    time.sleep(0.5)
+    assert server.open_sessions() == []
+
+
+def test_failed_starts_are_clear_and_leave_nothing_open(faulty):
+    server, mod, _ = faulty
+    env = mod.Faulty()
+    with pytest.raises(RuntimeError, match=r"cannot start task 3 .*setup exploded"):
+        env.reset(task_index=3)
+    with pytest.raises(RuntimeError, match=r"cannot start task 4 .*no prompt for you"):
+        env.reset(task_index=4)
+    assert env.reset(task_index=0) == "faulty task 0"  # the adapter is still usable
+    mod.close_all()
+    time.sleep(0.3)
+    assert server.open_sessions() == []
+
+
+def test_a_slow_tool_times_out(faulty, monkeypatch):
+    _, mod, _ = faulty
+    monkeypatch.setattr(mod, "TOOL_TIMEOUT", 1.0)
+    env = mod.Faulty()
+    env.reset(task_index=0)
+    started = time.monotonic()
+    with pytest.raises(mod.ToolError, match=r"no answer within 1s \(ORSGEN_TOOL_TIMEOUT\)"):
+        env.slow(seconds=5)
+    assert time.monotonic() - started < 3
+    assert env.reset(task_index=1) == "faulty task 1"
+    mod.close_all()
+
+
+def test_server_killed_mid_episode_then_restarted(tmp_path, monkeypatch):
+    server = serve.start("tests.envs.faulty:Faulty")
+    port = int(server.url.rsplit(":", 1)[1])
+    out = tmp_path / "killed.py"
+    assert orsgen(server.url, "-o", str(out)).returncode == 0
+    mod = load(out)
+    monkeypatch.setattr(mod, "TOOL_TIMEOUT", 5.0)
+    monkeypatch.setattr(mod, "RESET_TIMEOUT", 5.0)
+    env = mod.Faulty()
+    env.reset(task_index=0)
+    server.kill()
+    started = time.monotonic()
+    with pytest.raises(mod.ToolError):
+        env.slow(seconds=0)
+    with pytest.raises(RuntimeError, match="cannot start task 1"):
+        env.reset(task_index=1)
+    assert time.monotonic() - started < 15  # bounded by the documented timeouts, not the SDK's retries
+    server = serve.start("tests.envs.faulty:Faulty", port=port)
+    try:
+        assert env.reset(task_index=2) == "faulty task 2"
+        assert env.slow(seconds=0) == "slept 0.0"
+        mod.close_all()
+    finally:
+        server.stop()
+
+
+def test_async_tools_overlap(faulty, tmp_path):
+    server, _, _ = faulty
+    out = tmp_path / "async_adapter.py"
+    assert orsgen(server.url, "--async-tools", "-o", str(out)).returncode == 0
+    mod = load(out)
+    from transformers.utils import get_json_schema
+
+    first, second = mod.Faulty(), mod.Faulty()
+    assert get_json_schema(first.slow)["function"]["parameters"]["required"] == ["seconds"]
+    first.reset(task_index=0)
+    second.reset(task_index=1)
+
+    async def both():
+        return await asyncio.gather(first.slow(seconds=1), second.slow(seconds=1))
+
+    started = time.monotonic()
+    assert asyncio.run(both()) == ["slept 1.0", "slept 1.0"]
+    assert time.monotonic() - started < 1.8  # concurrent, not one after the other
+    mod.close_all()
+
+
+def test_secrets_never_reach_files_logs_or_errors(faulty, tmp_path):
+    server, _, _ = faulty
+    key, token = "sk-orsgen-test-key-4711", "tok-very-secret-0815"
+    out = tmp_path / "secretive.py"
+    made = orsgen(server.url, "-o", str(out), env={"OPENREWARD_API_KEY": key})
+    assert made.returncode == 0
+    script = textwrap.dedent(f"""
+        import sys; sys.path.insert(0, {str(tmp_path)!r})
+        import secretive
+        env = secretive.Faulty(secrets={{"MY_TOKEN": ({token!r}, ["example.com"])}})
+        env.reset(task_index=0)
+        print("token reached env:", env.secret_names(name="MY_TOKEN"))
+        try:
+            env.slow(seconds="not a number")
+        except secretive.ToolError as exc:
+            print("error:", exc)
+        try:
+            secretive.Faulty(url="http://127.0.0.1:9").reset(task_index=0)
+        except RuntimeError as exc:
+            print("error:", exc)
+        secretive.close_all()
+    """)
+    run = subprocess.run([sys.executable, "-c", script], check=False, capture_output=True, text=True, timeout=120,
+                         env={**__import__("os").environ, "OPENREWARD_API_KEY": key, "ORSGEN_DRIFT_CHECK": "0",
+                              "ORSGEN_RESET_TIMEOUT": "5"})
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.splitlines()
+    assert lines[0] == "token reached env: True" and [line[:6] for line in lines[1:]] == ["error:", "error:"]
+    for text in (out.read_text(), made.stdout, made.stderr, run.stdout, run.stderr):
+        assert key not in text and token not in text
+
+
+SCALE_SCRIPT = """
+import sys, threading
+sys.path.insert(0, {folder!r})
+import {module} as m
+results = []
+def rollout(i):
+    env = m.Faulty()
+    env.reset(task_index=i % 3)
+    results.append(env.slow(seconds=0.2))
+threads = [threading.Thread(target=rollout, args=(i,)) for i in range(32)]
+[t.start() for t in threads]
+[t.join() for t in threads]
+m.close_all()
+print(len(results))
+"""
+
+
+def test_processes_with_32_concurrent_sessions_each_leak_nothing(faulty):
+    server, _, out = faulty
+    script = SCALE_SCRIPT.format(folder=str(out.parent), module=out.stem)
+    workers = [subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True) for _ in range(2)]
+    outputs = [w.communicate(timeout=180) for w in workers]
+    assert [w.returncode for w in workers] == [0, 0], [o[1][-2000:] for o in outputs]
+    assert [o[0].strip() for o in outputs] == ["32", "32"]
+    assert server.open_sessions() == []
