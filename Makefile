@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 EXAMPLE_PORT := 8031
 
-.PHONY: setup demo test lint generate check golden clean
+.PHONY: setup demo test lint generate check golden bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -37,3 +37,8 @@ clean:
 # Rewrite the golden cases' expected.py after an intended change of the generator (then review the diff).
 golden: setup
 	for case in tests/golden/*/; do (cd $$case && ../../../$(PY) -m orsgen) || exit 1; done
+
+# orsgen's adapter against TRL's OpenRewardSpec on one loopback server (a script, not a test; needs matplotlib).
+bench: setup
+	$(PY) -m pip install -q matplotlib
+	$(PY) bench/compare.py --reps 20 --latency-ms 20

@@ -114,6 +114,21 @@ def _wait(session: Any, coroutine: Any, timeout: float, setting: str) -> Any:
         raise TimeoutError(f"no answer within {timeout:g}s ({setting})") from None
 
 
+async def _open(session: Any, expected: str) -> str | None:
+    """Open a session and fetch its prompt; the live prompt when it is not `expected`, else None."""
+    await asyncio.wait_for(session._async.__aenter__(), RESET_TIMEOUT)
+    live = _content(await asyncio.wait_for(session._async.get_prompt(), RESET_TIMEOUT))
+    return None if live == expected else str(live)
+
+
+async def _exit(session: Any, opening: Any) -> None:
+    """Close a session, after its background opening (if any) has settled."""
+    if opening is not None:
+        with contextlib.suppress(Exception):
+            await asyncio.wrap_future(opening)
+    await session._async.__aexit__(None, None, None)
+
+
 def _payload(arguments: dict[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in arguments.items() if value is not UNSET}
 
@@ -305,6 +320,7 @@ class _Adapter:
     """Session handling and episode state. Only ``reset`` and ``get_reward`` are public: TRL offers every other
     public function of an environment class to the model as a tool."""
 
+    open_in_background = False  # with rows from dataset(prompts=True): reset() returns at once, see reset()
     group_size: int | None = None  # resets without task_index sharing a task; None: the trainer's num_generations
     task_seed = 0  # seed of that task order
 
@@ -330,6 +346,8 @@ class _Adapter:
         self.finished = False
         self.last_output: Any = None
         self.task_index: int | None = None
+        self.prompt_mismatch: str | None = None  # the live prompt, when it differed from the dataset's
+        self._opening: Any = None  # the background opening of the session (open_in_background)
         self._reward_claimed = False
         _live.add(self)
 
@@ -339,6 +357,10 @@ class _Adapter:
         Without a ``task_index`` (``GRPOTrainer`` with no ``train_dataset``: the environment owns the data), the next
         task of a seeded shuffle of the split is taken, shared by all adapters of this module; ``group_size``
         consecutive resets get the same task (default: the calling trainer's ``num_generations``).
+
+        With ``open_in_background = True`` and a row holding ``task_prompt`` (``dataset(prompts=True)``), the pinned
+        prompt is returned at once and the session opens in the background, so a batch's resets overlap; the first
+        tool call waits for it and fails if the live prompt differs (``prompt_mismatch`` then holds it).
         """
         self._close()
         self.reward, self.rewards, self.metadata, self.finished, self.last_output = None, [], None, False, None
@@ -355,6 +377,11 @@ class _Adapter:
         if self._check_drift:
             _check_drift(self._env, _server(self._url) or DEPLOYMENT)
         session = self._env.session(split=split, index=index, secrets=self._secrets)
+        if self.open_in_background and isinstance(row.get("task_prompt"), str):
+            # Answer with the prompt pinned in the row now; the session opens while the trainer resets the others.
+            self._session = session
+            self._opening = asyncio.run_coroutine_threadsafe(_open(session, row["task_prompt"]), session._loop)
+            return row["task_prompt"]
         try:
             _wait(session, session._async.__aenter__(), RESET_TIMEOUT, "ORSGEN_RESET_TIMEOUT")
             self._session = session
@@ -399,6 +426,15 @@ class _Adapter:
     def _open_session(self, name: str) -> Any:
         if self._session is None:
             raise ToolError(f"{name}: no episode is open (reset() was not called)")
+        opening, self._opening = self._opening, None
+        if opening is not None:  # opened in the background: the first call waits for it (bounded)
+            try:
+                live = opening.result(timeout=RESET_TIMEOUT)
+            except Exception as exc:  # noqa: BLE001 - whatever stopped the session from opening ends the episode
+                raise ToolError(" ".join(f"{name}: the episode did not start: {type(exc).__name__}: {exc}".split()))
+            if live is not None:
+                self.prompt_mismatch = live
+                raise ToolError(f"{name}: the task's live prompt differs from the dataset's: {live[:200]!r}")
         return self._session
 
     def _record(self, output: Any) -> Any:
@@ -415,10 +451,11 @@ class _Adapter:
         """End the open session, if any: at the next reset, at exit and on garbage collection. The server is told
         in the background, so the next rollout does not wait for it; `wait=True` waits (bounded)."""
         session, self._session = self._session, None
+        opening, self._opening = self._opening, None
         if session is None:
             return
         try:
-            future = asyncio.run_coroutine_threadsafe(session._async.__aexit__(None, None, None), session._loop)
+            future = asyncio.run_coroutine_threadsafe(_exit(session, opening), session._loop)
         except RuntimeError:  # the SDK's loop is gone (interpreter exit): the server reaps the session
             return
         _closing.add(future)
@@ -462,7 +499,7 @@ ENVIRONMENTS: dict[str, type[Echo]] = {"Echo": Echo}
 TASK_ENVIRONMENTS: dict[int, str] = {}
 TASK_TOOLS_SPLIT: str | None = None
 
-RESERVED_COLUMNS = ("prompt", "task_index", "split", "environment")
+RESERVED_COLUMNS = ("prompt", "task_index", "split", "environment", "task_prompt")
 # Written by `orsgen --pin-tasks`: when present, dataset() reads the tasks from it and sends no request.
 PINNED_TASKS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "echo.tasks.json")
 _CHUNK = 1024  # tasks per request when a split is large enough for a progress bar
@@ -492,12 +529,28 @@ def _task_specs(split: str, start: int, stop: int | None, url: str | None, api_k
     return specs
 
 
+def _prompts(split: str, indices: list[int], url: str | None, api_key: str | None) -> list[str]:
+    """Each task's prompt text, read in short sessions, 8 at a time."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def read(index: int) -> str:
+        adapter = _Adapter(url=url, split=split, api_key=api_key, check_drift=False)
+        try:
+            return str(adapter.reset(task_index=index))
+        finally:
+            adapter._close(wait=True)
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        return list(pool.map(read, indices))
+
+
 def dataset(
     split: str | None = None,
     num_tasks: int | None = None,
     indices: Sequence[int] | None = None,
     include_metadata: bool = True,
     *,
+    prompts: bool = False,
     url: str | None = None,
     api_key: str | None = None,
 ) -> "datasets.Dataset":
@@ -506,7 +559,8 @@ def dataset(
     Rows hold ``prompt`` (an empty user message: ``reset()`` supplies the task's prompt), ``task_index``, ``split``
     and, with ``include_metadata``, one column per task-spec key. When tasks advertise their own tools, an
     ``environment`` column names each row's class: train with ``environment_factory=ENVIRONMENTS``. ``num_tasks`` takes the first N tasks,
-    ``indices`` the ones named; the default is the whole split.
+    ``indices`` the ones named; the default is the whole split. ``prompts=True`` also stores each task's prompt in
+    a ``task_prompt`` column (one short session per task, 8 at a time), for adapters with ``open_in_background``.
     """
     from datasets import Dataset
 
@@ -537,6 +591,8 @@ def dataset(
     }
     if TASK_ENVIRONMENTS and split == TASK_TOOLS_SPLIT:  # task-specific tools: route each row to its class
         columns["environment"] = [TASK_ENVIRONMENTS.get(i, "Echo") for i, _ in chosen]
+    if prompts:
+        columns["task_prompt"] = _prompts(split, [i for i, _ in chosen], url, api_key)
     for key in sorted({k for spec in specs for k in spec} - set(RESERVED_COLUMNS)):
         values = [spec.get(key) for spec in specs]
         kinds = {type(v) for v in values if v is not None}

@@ -197,3 +197,28 @@ def test_processes_with_32_concurrent_sessions_each_leak_nothing(faulty):
     assert [w.returncode for w in workers] == [0, 0], [o[1][-2000:] for o in outputs]
     assert [o[0].strip() for o in outputs] == ["32", "32"]
     assert server.open_sessions() == []
+
+
+def test_resets_return_at_once_when_sessions_open_in_background(faulty):
+    server, mod, _ = faulty
+    rows = mod.dataset(indices=[0, 1, 2], prompts=True)
+    assert rows["task_prompt"] == ["faulty task 0", "faulty task 1", "faulty task 2"]
+
+    class Background(mod.Faulty):
+        open_in_background = True
+
+    pool = [Background() for _ in range(3)]
+    assert [env.reset(**row) for env, row in zip(pool, rows, strict=True)] == rows["task_prompt"]
+    assert [env.slow(seconds=0) for env in pool] == ["slept 0.0"] * 3  # the first call waits for its session
+    stale = Background()
+    assert stale.reset(task_index=1, task_prompt="an old prompt") == "an old prompt"
+    with pytest.raises(mod.ToolError, match="live prompt differs"):
+        stale.slow(seconds=0)
+    assert stale.prompt_mismatch == "faulty task 1"
+    broken = Background()
+    broken.reset(task_index=3, task_prompt="never starts")
+    with pytest.raises(mod.ToolError, match="did not start.*setup exploded"):
+        broken.slow(seconds=0)
+    mod.close_all()
+    time.sleep(0.3)
+    assert server.open_sessions() == []
