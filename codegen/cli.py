@@ -165,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"orsgen: warning: {warning}", file=sys.stderr)
             if args.report:
                 print(report.render(text, adapter, snap)[0], end="")
-                if args.output is None and args.target is not None:
+                if args.output is None and args.targets:
                     continue
             members.append((job.output.stem, adapter.class_name))
             if args.check:
