@@ -135,3 +135,30 @@ def test_grpo_with_environment_owned_data(echo_server, generate, tmp_path):
     assert all(len(set(g)) == 1 for g in groups), groups
     assert len({g[0] for g in groups}) == 4
     assert all(entry["rewards/Echo/mean"] == 1.0 for entry in trainer.state.log_history if "rewards/Echo/mean" in entry)
+
+
+def test_two_worker_processes_train_with_their_own_adapter_pools(tmp_path):
+    """What `accelerate launch` does on several GPUs, on CPU: torchrun starts 2 DDP workers (gloo); each imports
+    the generated module and builds its own pool. (`accelerate launch --cpu` runs one process without MPI.)"""
+    import json
+    import subprocess
+    import sys
+
+    from orsgen.testing import serve
+    from orsgen.testing.serve import free_port
+    from tests.conftest import orsgen
+
+    with serve.running("orsgen.examples.echo:Echo", env={"ORSGEN_COUNT_REQUESTS": "1"}) as server:
+        module = tmp_path / "echo_workers.py"
+        assert orsgen(server.url, "-o", str(module)).returncode == 0
+        run = subprocess.run(
+            [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
+             "--master_port", str(free_port()), "-m", "orsgen.testing.distributed", str(module), str(tmp_path / "out")],
+            check=False, capture_output=True, text=True, timeout=600,
+        )
+        assert run.returncode == 0, run.stderr[-3000:]
+        reports = sorted((json.loads(line) for line in run.stdout.splitlines() if line.startswith('{"rank"')),
+                         key=lambda r: r["rank"])
+        assert [r["rank"] for r in reports] == [0, 1]
+        assert all(r["steps"] == 2 and r["tool_calls"] >= 8 and r["open_sessions"] == 0 for r in reports)
+        assert server.open_sessions() == []
