@@ -146,6 +146,7 @@ def test_two_worker_processes_train_with_their_own_adapter_pools(tmp_path):
 
     from orsgen.testing import serve
     from orsgen.testing.serve import free_port
+
     from tests.conftest import orsgen
 
     with serve.running("orsgen.examples.echo:Echo", env={"ORSGEN_COUNT_REQUESTS": "1"}) as server:

@@ -14,10 +14,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 def main(module_path: str, out_dir: str) -> None:
     import torch
-    from trl import GRPOTrainer
-
     from orsgen.demo import load_module, recording, tool_methods
     from orsgen.testing import tiny
+    from trl import GRPOTrainer
 
     torch.set_num_threads(1)
     module = load_module(Path(module_path))
