@@ -134,10 +134,10 @@ def check(output: Path, text: str, pinned: bool = True) -> int:
 BUNDLE_NAMES = frozenset({"bundle"})
 
 
-def write_bundle(directory: Path, members: list[tuple[str, str]], check_only: bool) -> int:
+def write_bundle(directory: Path, members: list[tuple[str, str]], check_only: bool, templates: Path | None) -> int:
     """bundle.py: every environment's adapter as TRL's dict environment_factory, and one mixed dataset."""
     path = directory / "bundle.py"
-    text = render_bundle(members)
+    text = render_bundle(members, templates)
     if check_only:
         return check(path, text, pinned=False)
     write.atomic(path, text)
@@ -177,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
                 if job.pin_tasks:
                     pin_tasks(job, source, snap)
         if any(job.fetched is not None for job in todo):
-            status = max(status, write_bundle(todo[0].output.parent, members, args.check))
+            status = max(status, write_bundle(todo[0].output.parent, members, args.check, todo[0].templates))
     except OrsgenError as exc:
         print(f"orsgen: error: {exc}", file=sys.stderr)
         return 2
