@@ -11,7 +11,7 @@ import re
 
 _SECTION = re.compile(r"^\s*(Args|Arguments|Parameters|Returns|Raises)\s*:\s*$")
 _ENTRY = re.compile(r"^(\s*)(\w+)\s*(?:\([^()]*\))?\s*:\s*(.*)$")
-_KEYWORDS = re.compile(r"\b(Args|Returns|Raises)\s*:")
+_KEYWORDS = re.compile(r"(Args|Returns|Raises)\s*:")  # unanchored, like the parser's own
 _CHOICES = re.compile(r"\(\s*(choices)\s*:", re.IGNORECASE)
 MODIFIER_COLON = "\u02d0"  # looks like a colon, is not one to the parser
 

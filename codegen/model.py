@@ -169,9 +169,9 @@ def _tool(spec: dict[str, Any], taken: set[str], prefixes: set[str]) -> Tool:
         if resolved.get("deprecated") is True:
             notes.append("deprecated")
         doc = docs.one_line(" ".join(x for x in (text, f"({'; '.join(notes)})" if notes else "") if x))
-        py = naming.unique(naming.identifier(wire_param, fallback="arg"), py_taken, naming.PARAM_RESERVED)
+        py = naming.unique(naming.parameter(wire_param), py_taken, naming.PARAM_RESERVED)
         params.append(Param(wire_param, py, node, wire_param in required, doc or py, tuple(notes)))
-    attr = naming.unique(naming.identifier(wire, fallback="tool"), taken, naming.ADAPTER_NAMES)
+    attr = naming.unique(naming.identifier(wire, fallback="tool"), taken, naming.TOOL_RESERVED)
     body = docs.neutralise(description) or f"Call the {wire!r} tool."
     tool = Tool(wire, attr, body, docs.one_line(returns), params, converter.warnings)
     tool.lost = [f"{k}: {_json(v)}" for k, v in schema.items() if k not in CARRIED]

@@ -1,5 +1,6 @@
 """The stages joined: (source, snapshot) -> module text. The CLI and the tests both come through here."""
 
+import keyword
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +20,8 @@ def build(
     async_tools: bool = False,
 ) -> tuple[str, model.Adapter]:
     name = class_name or naming.class_name(source.name)
-    if not name.isidentifier() or name.startswith("_"):
-        raise OrsgenError(f"class name {name!r} is not a public Python identifier")
+    if not name.isidentifier() or name.startswith("_") or keyword.iskeyword(name) or name in naming.MODULE_NAMES:
+        raise OrsgenError(f"class name {name!r} is not a public Python identifier the module can use")
     adapter = model.build(snap["tools"], name, source.env, snap.get("task_tools"))
     return render.module(adapter, source, snap, command, module_name, template_dir, async_tools), adapter
 

@@ -38,6 +38,14 @@ def seen_schemas(text: str, adapter: Adapter) -> dict[str, dict[str, Any]]:
     return {tool.wire_name: get_json_schema(getattr(instance, tool.py_name))["function"] for tool in adapter.tools}
 
 
+def _types(found: set[str]) -> list[str] | None:
+    """Sorted JSON types, `integer` folded into `number` (which holds every integer)."""
+    kept = found & JSON_TYPES
+    if "number" in kept:
+        kept.discard("integer")
+    return sorted(kept) or None
+
+
 def signature(schema: dict[str, Any], converter: Converter) -> dict[str, Any]:
     """The comparable facts of one property: type, enum, nullable, items, additionalProperties."""
     resolved, _ = converter.resolve(schema, ())
@@ -60,7 +68,7 @@ def signature(schema: dict[str, Any], converter: Converter) -> dict[str, Any]:
     one = kept[0] if len(kept) == 1 else {}
     items = converter.resolve(one.get("items"), ())[0] if isinstance(one.get("items"), dict) else None
     return {
-        "type": sorted(types & JSON_TYPES) or None,
+        "type": _types(types),
         "enum": enum,
         "nullable": nullable,
         "items": sorted({items.get("type")} - {None}) if isinstance(items, dict) and "type" in items else None,
@@ -72,7 +80,7 @@ def seen_signature(prop: dict[str, Any]) -> dict[str, Any]:
     types = t if isinstance(t, list) else [t] if t else []
     items = prop.get("items") if isinstance(prop.get("items"), dict) else None
     return {
-        "type": sorted(set(types) - {"null"}) or None,
+        "type": _types(set(types) - {"null"}),
         "enum": prop.get("enum"),
         "nullable": bool(prop.get("nullable")) or "null" in types,
         "items": sorted({items.get("type")} - {None}) if items and "type" in items else None,

@@ -15,6 +15,7 @@ CONSTRAINTS = (
     "minLength", "maxLength", "pattern", "format", "minItems", "maxItems", "uniqueItems",
     "minProperties", "maxProperties",
 )
+SHAPE_KEYS = ("type", "items", "prefixItems", "properties", "required", "additionalProperties")
 SCALARS = {"string": "str", "integer": "int", "number": "float", "boolean": "bool", "null": "None"}
 MAX_NOTE = 1500  # characters of nested-schema text per argument
 
@@ -139,8 +140,10 @@ def union(members: list[Node]) -> Node:
                 flat.append(x)
     literals = [x for x in flat if isinstance(x, LiteralType)]
     if len(literals) > 1:  # Literal["a"] | Literal["b"] -> Literal["a", "b"]
-        merged = LiteralType(tuple(dict.fromkeys(v for lit in literals for v in lit.values)))
+        merged = LiteralType(_distinct([v for lit in literals for v in lit.values]))
         flat = [merged if x is literals[0] else x for x in flat if x not in literals[1:]]
+    if Scalar("float") in flat and Scalar("int") in flat:  # JSON's number holds every integer: `float` says both
+        flat.remove(Scalar("int"))
     if Scalar("None") in flat and len(flat) > 1:  # `None` goes last, once
         flat.remove(Scalar("None"))
         if not any(x.nullable() for x in flat):
@@ -201,7 +204,10 @@ class Converter:
             return self.literal(s["enum"], s, notes)
         for key in ("anyOf", "oneOf"):
             if isinstance(s.get(key), list) and s[key]:
-                members = [self.convert(b, notes, seen) for b in s[key]]
+                # Keys beside the alternatives apply to each of them: {"type": "string", "anyOf": [{"format": ...}]}
+                shared = {k: v for k, v in s.items() if k in SHAPE_KEYS}
+                members = [self.convert({**shared, **b} if shared and isinstance(b, dict) else b, notes, seen)
+                           for b in s[key]]
                 if key == "oneOf" and len([m for m in members if m != Scalar("None")]) > 1:
                     notes.append("exactly one of the alternatives")
                 return union(members)
@@ -220,7 +226,7 @@ class Converter:
 
     def literal(self, values: list[Any], s: dict[str, Any], notes: list[str]) -> Node:
         if all(v is None or isinstance(v, (str, bool, int)) for v in values):
-            return LiteralType(tuple(dict.fromkeys(values)))
+            return LiteralType(_distinct(values))
         # Literal cannot hold floats or objects: keep the type, list the choices in text.
         notes.append(f"one of: {_compact(values)}")
         kinds = {SCALARS.get(_json_type(v), "Any") for v in values}
@@ -229,14 +235,14 @@ class Converter:
     def array(self, s: dict[str, Any], notes: list[str], seen: tuple[str, ...]) -> Node:
         prefix = s.get("prefixItems")
         if isinstance(prefix, list) and len(prefix) >= 2 and s.get("items") in (None, False):
-            return TupleType(tuple(self.convert(p, notes, seen) for p in prefix))
+            return TupleType(tuple(_element(self.convert(p, notes, seen)) for p in prefix))
         if isinstance(prefix, list) and prefix:
             notes.append(f"items in order: {_compact(self.plain(prefix, seen))}")
             return ListType(AnyType())
         items = s.get("items")
         if items is None or items is True or items == {}:
             return ListType(AnyType())
-        return ListType(self.convert(items, notes, seen))
+        return ListType(_element(self.convert(items, notes, seen)))
 
     def object(self, s: dict[str, Any], notes: list[str], seen: tuple[str, ...]) -> Node:
         props = s.get("properties")
@@ -250,7 +256,7 @@ class Converter:
             notes.append(f"object: {_compact(fields, MAX_NOTE)}")
             return DictType(AnyType(), fields=True)
         if isinstance(extra, dict) and extra:
-            return DictType(self.convert(extra, notes, seen))
+            return DictType(_element(self.convert(extra, notes, seen)))
         return DictType(AnyType())
 
     def plain(self, node: Any, seen: tuple[str, ...], depth: int = 0) -> Any:
@@ -275,6 +281,17 @@ class Converter:
             else:
                 out[k] = self.plain(v, seen, depth + 1)
         return out
+
+
+def _distinct(values: list[Any]) -> tuple[Any, ...]:
+    """Values without repeats, where `1`, `1.0` and `True` are different values (they are equal in Python)."""
+    seen: set[tuple[type, Any]] = set()
+    return tuple(v for v in values if (type(v), v) not in seen and not seen.add((type(v), v)))  # type: ignore[func-returns-value]
+
+
+def _element(node: Node) -> Node:
+    """`get_json_schema` reads a bare `None` only at the top: inside `list[...]` it must be `Literal[None]`."""
+    return LiteralType((None,)) if node == Scalar("None") else node
 
 
 def _as_dict(node: Any) -> dict[str, Any]:

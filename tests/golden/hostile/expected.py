@@ -578,18 +578,16 @@ class Hostile(_Adapter):
 
     init.__name__ = "__init__"  # the name the model sees and calls
 
-    def web_search(
-        self, *, q: dict[str, Any] = UNSET, n: float = UNSET, t: list[int] = UNSET, any_: Any = UNSET
-    ) -> str:
+    def web_search(self, *, q: dict[str, Any] = UNSET, n: float = UNSET, t: list[int] = UNSET, any: Any = UNSET) -> str:
         """Hyphen.
 
         Args:
             q: q
             n: n
             t: t
-            any_: any_
+            any: any
         """
-        return self._call("web-search", {"q": q, "n": n, "t": t, "any": any_})
+        return self._call("web-search", {"q": q, "n": n, "t": t, "any": any})
 
     web_search.__name__ = "web-search"  # the name the model sees and calls
 
