@@ -79,6 +79,19 @@ def test_failed_starts_are_clear_and_leave_nothing_open(faulty):
     assert server.open_sessions() == []
 
 
+def test_an_environment_still_starting_is_a_bounded_wait(faulty, monkeypatch):
+    _, mod, _ = faulty
+    monkeypatch.setattr(mod, "RESET_TIMEOUT", 2.0)
+    env = mod.Faulty()
+    env.reset(task_index=0)  # the SDK's import and the drift check are not what is timed
+    started = time.monotonic()
+    with pytest.raises(RuntimeError, match=r"cannot start task 5 .*no answer within 2s \(ORSGEN_RESET_TIMEOUT\)"):
+        env.reset(task_index=5)
+    assert time.monotonic() - started < 5
+    assert env.reset(task_index=0) == "faulty task 0"
+    mod.close_all()
+
+
 def test_a_slow_tool_times_out(faulty, monkeypatch):
     _, mod, _ = faulty
     monkeypatch.setattr(mod, "TOOL_TIMEOUT", 1.0)

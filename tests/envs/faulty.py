@@ -30,6 +30,8 @@ class Faulty(Environment):
     def setup(self) -> None:
         if self.task_spec["n"] == 3:
             raise ValueError("setup exploded")
+        if self.task_spec["n"] == 5:
+            time.sleep(8)  # still starting: the server holds /prompt (and answers 503 after 25 s)
 
     def get_prompt(self) -> list[TextBlock]:
         if self.task_spec["n"] == 4:
