@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         trainer = GRPOTrainer(
             model=lm,
             processing_class=tok,
-            args=tiny.grpo_config(str(out_dir / "trainer"), args.steps),
+            args=tiny.grpo_config(str(out_dir / "trainer"), args.steps, learning_rate=5e-5),
             train_dataset=train,
             environment_factory=env_class,
         )
