@@ -525,7 +525,7 @@ class _Adapter:
         """
         self._close()
         self.reward, self.rewards, self.metadata, self.finished, self.last_output = None, [], None, False, None
-        self._reward_claimed = False
+        self._reward_claimed, self.prompt_mismatch = False, None
         split = row.get("split") or self._split
         if self._env is None:
             self._env = _environment(self._url, self._api_key)
@@ -537,15 +537,13 @@ class _Adapter:
         self.task_index = index
         if self._check_drift:
             _check_drift(self._env, _server(self._url) or DEPLOYMENT)
-        session = self._env.session(split=split, index=index, secrets=self._secrets)
+        session = self._session = self._env.session(split=split, index=index, secrets=self._secrets)
         if self.open_in_background and isinstance(row.get("task_prompt"), str):
             # Answer with the prompt pinned in the row now; the session opens while the trainer resets the others.
-            self._session = session
             self._opening = asyncio.run_coroutine_threadsafe(_open(session, row["task_prompt"]), session._loop)
             return row["task_prompt"]
-        try:
+        try:  # `_session` is already set: a session the server half-opened is closed on failure too
             _wait(session, session._async.__aenter__(), RESET_TIMEOUT, "ORSGEN_RESET_TIMEOUT")
-            self._session = session
             prompt = _content(_wait(session, session._async.get_prompt(), RESET_TIMEOUT, "ORSGEN_RESET_TIMEOUT"))
         except Exception as exc:
             self._close()
