@@ -16,7 +16,7 @@ from transformers.utils import get_json_schema
 
 from tests.conftest import ROOT, load, orsgen
 
-CORPORA = Path(__file__).resolve().parents[2] / "shared" / "corpora"
+CORPORA = Path(__file__).resolve().parent / "corpora"  # copies of the real tool lists (see each SOURCE.txt)
 FILES = sorted(CORPORA.glob("*/*.json"))
 TRL_RESERVED = ("reset", "get_reward")
 

@@ -11,7 +11,7 @@ from orsgen.testing import serve
 
 from tests.conftest import ROOT, load, orsgen
 
-CORPUS = ROOT.parent / "shared" / "corpora" / "openreward-toolsets" / "claude_code.json"
+CORPUS = ROOT / "tests" / "corpora" / "openreward-toolsets" / "claude_code.json"
 
 
 def test_output_is_identical_across_hash_seeds(tmp_path):
