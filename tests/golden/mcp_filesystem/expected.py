@@ -444,6 +444,7 @@ class _TaskOrder:
         self.lock = threading.Lock()
         self.calls: dict[str, int] = {}
         self.sizes: dict[str, int] = {}
+        self.orders: dict[str, tuple[tuple[int, int], list[int]]] = {}  # split -> ((seed, epoch), its shuffle)
 
     def next(self, env: "Environment", split: str, group: int, seed: int) -> int:
         import random
@@ -454,8 +455,11 @@ class _TaskOrder:
             calls = self.calls.get(split, 0)
             self.calls[split] = calls + 1
             epoch, position = divmod(calls // group, self.sizes[split])
-            order = list(range(self.sizes[split]))
-            random.Random(seed * 1_000_003 + epoch).shuffle(order)
+            key, order = self.orders.get(split, (None, []))
+            if key != (seed, epoch):  # shuffled once per epoch, not at every reset
+                order = list(range(self.sizes[split]))
+                random.Random(seed * 1_000_003 + epoch).shuffle(order)
+                self.orders[split] = ((seed, epoch), order)
             return order[position]
 
 
