@@ -15,7 +15,7 @@ setup: $(PY)
 	$(PY) -m pip install -q -e ".[dev]"
 
 demo: setup
-	$(PY) -m orsgen.demo
+	$(PY) -m examples.demo
 
 test: setup
 	$(PY) -m pytest -q
@@ -26,10 +26,10 @@ lint: setup
 
 # Regenerate / check generated/ (the [tool.orsgen] targets) against the example environment on its pinned port.
 generate: setup
-	$(PY) -m orsgen.testing.regen $(EXAMPLE_PORT)
+	$(PY) -m examples.regen $(EXAMPLE_PORT)
 
 check: setup
-	$(PY) -m orsgen.testing.regen $(EXAMPLE_PORT) --check
+	$(PY) -m examples.regen $(EXAMPLE_PORT) --check
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

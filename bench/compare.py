@@ -26,7 +26,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from orsgen.testing.serve import HOST, free_port
+from examples.serve import HOST, free_port
 
 HERE = Path(__file__).resolve().parent
 NUM_TASKS = 64

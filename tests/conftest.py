@@ -7,7 +7,8 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-from orsgen.testing import serve
+
+from examples import serve
 
 ROOT = Path(__file__).resolve().parent.parent
 os.environ.setdefault("PYTHONPATH", str(ROOT))  # the server subprocesses import tests.envs
@@ -19,14 +20,14 @@ _count = itertools.count()
 
 @pytest.fixture(scope="session")
 def echo_server():
-    with serve.running("orsgen.examples.echo:Echo") as server:
+    with serve.running("examples.echo:Echo") as server:
         yield server
 
 
 @pytest.fixture(scope="session")
 def multi_server():
     """Two environments on one server: echo (the default, first) and quiz."""
-    with serve.running("orsgen.examples.echo:Echo", "tests.envs.quiz:Quiz") as server:
+    with serve.running("examples.echo:Echo", "tests.envs.quiz:Quiz") as server:
         yield server
 
 

@@ -108,7 +108,7 @@ def test_catalog_target_uses_session_url_and_never_stores_the_key(echo_server, t
     text = out.read_text()
     assert "sk-secret-test-key-123" not in text
     assert 'DEPLOYMENT = "someone/echo"' in text and "URL: str | None = None" in text
-    assert "class Echo(_Adapter)" in text
+    assert "class Echo(runtime.Adapter)" in text
     # at training time the same variables reach the server
     code = (
         f"import sys; sys.path.insert(0, {str(tmp_path)!r}); import catalog; a = catalog.Echo(); "
@@ -150,10 +150,12 @@ def test_import_and_construction_send_no_request(echo_server, generate, monkeypa
     assert attempts == [] and len(adapters) == 64
 
 
-def test_module_needs_only_openreward_at_training_time(echo_server, generate):
+def test_training_imports_the_runtime_and_never_the_generator(echo_server, generate):
     mod = generate(echo_server.url)
+    generator = ["jinja2", "black", "datamodel_code_generator", "orsgen.cli", "orsgen.model", "orsgen.render",
+                 "orsgen.source", "orsgen.pipeline"]
     code = (
-        "import sys; sys.modules['orsgen'] = None\n"  # any import of orsgen now fails
+        f"import sys; sys.modules.update(dict.fromkeys({generator!r}))\n"  # any import of these now fails
         f"sys.path.insert(0, {str(__import__('pathlib').Path(mod.__file__).parent)!r})\n"
         "import adapter\n"
         "assert 'datasets' not in sys.modules and 'trl' not in sys.modules\n"
@@ -162,6 +164,20 @@ def test_module_needs_only_openreward_at_training_time(echo_server, generate):
     run = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
     assert run.stdout.strip() == "Echo the word mango"
+
+
+def test_a_module_for_another_runtime_api_refuses_to_load_in_one_line(echo_server, generate, tmp_path):
+    mod = generate(echo_server.url)
+    path = __import__("pathlib").Path(mod.__file__)
+    text = path.read_text()
+    assert "runtime.require(1, __name__)" in text
+    path.write_text(text.replace("runtime.require(1, __name__)", "runtime.require(99, __name__)"))
+    code = f"import sys; sys.path.insert(0, {str(path.parent)!r})\nimport adapter\n"
+    run = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True)
+    assert run.returncode == 1
+    last = run.stderr.strip().splitlines()[-1]
+    assert last.startswith("ImportError: adapter was generated for orsgen runtime API 99, but the installed orsgen")
+    assert "regenerate the module" in last
 
 
 def test_generated_modules_pass_mypy_and_ruff(multi_server, tmp_path):

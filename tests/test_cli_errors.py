@@ -1,8 +1,8 @@
 """Bad input: one clear line on stderr, exit code 2, and an existing output file left untouched."""
 
 import pytest
-from orsgen.testing.serve import free_port
 
+from examples.serve import free_port
 from tests.conftest import orsgen
 
 OLD = "# the previous adapter\n"

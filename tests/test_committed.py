@@ -10,7 +10,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_generated_echo_is_current(tmp_path):
     # Same relative output path and the pinned example port as `make generate`, so the header is the same too.
     result = subprocess.run(
-        [sys.executable, "-m", "orsgen.testing.regen", "8031", "http://127.0.0.1:8031", "-o", "generated/echo.py"],
+        [sys.executable, "-m", "examples.regen", "8031", "http://127.0.0.1:8031", "-o", "generated/echo.py"],
         cwd=tmp_path, check=False, capture_output=True, text=True, timeout=120,
     )
     assert result.returncode == 0, result.stderr

@@ -3,8 +3,8 @@
 import json
 
 import pytest
-from orsgen.testing import serve
 
+from examples import serve
 from tests.conftest import orsgen
 
 

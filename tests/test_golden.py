@@ -19,7 +19,7 @@ def test_expected_output_is_current(case):
     result = orsgen("--check", cwd=case)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr
     module = load(case / "expected.py")
-    adapter_class = next(v for v in vars(module).values() if isinstance(v, type) and v.__bases__ == (module._Adapter,))
+    adapter_class = next(v for v in vars(module).values() if isinstance(v, type) and v.__bases__ == (module.runtime.Adapter,))
     instance = adapter_class()
     tools = [getattr(instance, n) for n, _ in inspect.getmembers(adapter_class, inspect.isfunction)
              if not n.startswith("_") and n not in ("reset", "get_reward")]

@@ -7,8 +7,8 @@ import shutil
 import urllib.request
 
 import pytest
-from orsgen.testing import serve
 
+from examples import serve
 from tests.conftest import ROOT, load, orsgen
 
 CORPUS = ROOT / "tests" / "corpora" / "openreward-toolsets" / "claude_code.json"
@@ -100,7 +100,7 @@ def test_pyproject_targets(echo_server, tmp_path):
     result = orsgen(cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert "wrote gen/echo.py" in result.stdout and "wrote gen/claude.py" in result.stdout
-    assert "class Claude(_Adapter)" in (tmp_path / "gen" / "claude.py").read_text()
+    assert "class Claude(runtime.Adapter)" in (tmp_path / "gen" / "claude.py").read_text()
     assert orsgen("--check", cwd=tmp_path).returncode == 0
     echo = tmp_path / "gen" / "echo.py"
     echo.write_text(echo.read_text() + "# local edit\n")
@@ -143,7 +143,7 @@ def test_template_override_shadows_one_file(echo_server, tmp_path):
     assert result.returncode == 0, result.stderr
     text = out.read_text()
     assert "# house rule: reviewed datasets only" in text
-    assert "class Echo(_Adapter)" in text and "def dataset(" in text  # the other templates are the built-in ones
+    assert "class Echo(runtime.Adapter)" in text and "dataset = PINNED.dataset" in text  # the other templates are the built-in ones
     with urllib.request.urlopen(f"{echo_server.url}/health") as r:
         assert json.loads(r.read())["status"] == "ok"
     assert os.path.exists(out)

@@ -11,10 +11,10 @@ import typing
 from typing import Any
 
 import pytest
-from orsgen.testing import serve
 from pydantic import BaseModel
 from transformers.utils import get_json_schema
 
+from examples import serve
 from tests.conftest import load, orsgen
 from tests.envs import rich
 

@@ -7,8 +7,8 @@ import textwrap
 import time
 
 import pytest
-from orsgen.testing import serve
 
+from examples import serve
 from tests.conftest import load, orsgen
 
 COUNTING = {"ORSGEN_COUNT_REQUESTS": "1"}

@@ -3,9 +3,9 @@
 import re
 
 import pytest
-from orsgen.demo import recording, tool_methods
-from orsgen.testing import serve, tiny
 
+from examples import serve, tiny
+from examples.demo import recording, tool_methods
 from tests.conftest import load, orsgen
 
 

@@ -3,8 +3,9 @@
 import re
 
 import pytest
-from orsgen.demo import recording, tool_methods
-from orsgen.testing import tiny
+
+from examples import tiny
+from examples.demo import recording, tool_methods
 
 
 @pytest.mark.parametrize("steps", [2])
@@ -144,17 +145,16 @@ def test_two_worker_processes_train_with_their_own_adapter_pools(tmp_path):
     import subprocess
     import sys
 
-    from orsgen.testing import serve
-    from orsgen.testing.serve import free_port
-
+    from examples import serve
+    from examples.serve import free_port
     from tests.conftest import orsgen
 
-    with serve.running("orsgen.examples.echo:Echo", env={"ORSGEN_COUNT_REQUESTS": "1"}) as server:
+    with serve.running("examples.echo:Echo", env={"ORSGEN_COUNT_REQUESTS": "1"}) as server:
         module = tmp_path / "echo_workers.py"
         assert orsgen(server.url, "-o", str(module)).returncode == 0
         run = subprocess.run(
             [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
-             "--master_port", str(free_port()), "-m", "orsgen.testing.distributed", str(module), str(tmp_path / "out")],
+             "--master_port", str(free_port()), "-m", "tests.harness.distributed", str(module), str(tmp_path / "out")],
             check=False, capture_output=True, text=True, timeout=600,
         )
         assert run.returncode == 0, run.stderr[-3000:]

@@ -1,3 +1,3 @@
 """orsgen: generate typed, pinned Python adapters for Open Reward Standard environments."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from orsgen.errors import OrsgenError
-from orsgen.fetch import Source
+from orsgen.source import Source
 
 
 @dataclass
@@ -39,7 +39,7 @@ def read_text(text: str, path: str = "<module>") -> Pinned:
     values: dict[str, Any] = {}
     class_name = None
     for node in tree.body:
-        if isinstance(node, ast.ClassDef) and any(isinstance(b, ast.Name) and b.id == "_Adapter" for b in node.bases):
+        if isinstance(node, ast.ClassDef) and class_name is None and any(_is_adapter(b) for b in node.bases):
             class_name = node.name
             continue
         if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None:
@@ -64,6 +64,13 @@ def read_text(text: str, path: str = "<module>") -> Pinned:
         split=values["SPLIT"],
     )
     return Pinned(source, values["SNAPSHOT"], class_name, command, bool(values.get("ASYNC_TOOLS", False)))
+
+
+def _is_adapter(base: ast.expr) -> bool:
+    """`runtime.Adapter` (or `_Adapter`, the base of modules written by orsgen 0.1)."""
+    return (isinstance(base, ast.Attribute) and base.attr == "Adapter") or (
+        isinstance(base, ast.Name) and base.id == "_Adapter"
+    )
 
 
 def tool_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:

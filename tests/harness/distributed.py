@@ -1,4 +1,4 @@
-"""One GRPO worker of a multi-process run: `accelerate launch --cpu --num_processes 2 -m orsgen.testing.distributed
+"""One GRPO worker of a multi-process run: `accelerate launch --cpu --num_processes 2 -m tests.harness.distributed
 MODULE_PATH OUT_DIR`. Each process imports the generated module and builds its own adapter pool; it prints how many
 tool calls its adapters made and how many sessions it left open."""
 
@@ -14,9 +14,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 def main(module_path: str, out_dir: str) -> None:
     import torch
-    from orsgen.demo import load_module, recording, tool_methods
-    from orsgen.testing import tiny
     from trl import GRPOTrainer
+
+    from examples import tiny
+    from examples.demo import load_module, recording, tool_methods
 
     torch.set_num_threads(1)
     module = load_module(Path(module_path))

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from orsgen.model import Adapter, Param
-from orsgen.typemap import Converter
+from orsgen.model.typemap import Converter
 
 JSON_TYPES = {"string", "integer", "number", "boolean", "array", "object", "null"}
 

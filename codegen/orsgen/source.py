@@ -54,7 +54,7 @@ def _from_file(target: str, path: Path, env: str | None) -> tuple[Source, dict[s
         raise OrsgenError(f"{target}: not valid JSON: {exc}") from None
     tools, rest = normalize.tool_list(data, target)
     name = env or (rest.get("env") if isinstance(rest.get("env"), str) else None) or path.stem
-    extra = {k: rest[k] for k in ("terminal_tool", "splits") if k in rest}
+    extra: dict[str, Any] = {k: rest[k] for k in ("terminal_tool", "splits") if k in rest}
     split = _default_split(extra.get("splits"))
     source = Source(target=target, url=None, deployment=name, env=env or rest.get("env") or name, name=name, split=split)
     return source, _snap(source.env, tools, extra)

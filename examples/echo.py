@@ -1,6 +1,6 @@
 """The bundled example ORS environment: the model must echo a word back.
 
-Serve it on loopback with ``python -m orsgen.examples.echo --port 8031``.
+Serve it on loopback with ``python -m examples.echo --port 8031``.
 """
 
 from openreward.environments import Environment, TextBlock, ToolOutput, tool
@@ -54,6 +54,6 @@ class Echo(Environment):
 
 
 if __name__ == "__main__":
-    from orsgen.testing.serve import main
+    from examples.serve import main
 
     main([f"{__name__}:Echo"])

@@ -6,10 +6,12 @@ from typing import Any
 
 import black
 import jinja2
-from orsgen import __version__, docs
-from orsgen.fetch import Source
-from orsgen.model import Adapter
+
+from orsgen import __version__
+from orsgen.model import Adapter, docs
+from orsgen.runtime import API
 from orsgen.snapshot import sha256
+from orsgen.source import Source
 
 # Fixed: never the user's [tool.black]. Output must be the same on every machine.
 MODE = black.Mode(target_versions={black.TargetVersion.PY311}, line_length=120)
@@ -57,6 +59,7 @@ def module(
             tasks_file=module_name.rsplit(".", 1)[-1] + ".tasks.json",
             async_tools=async_tools,
             version=__version__,
+            api=API,
         )
     )
     formatted = black.format_str(text, mode=MODE)

@@ -1,7 +1,7 @@
 """The main job, end to end: serve the bundled example environment on loopback, generate its adapter with the
 orsgen CLI, use it by hand, then train a tiny model built on the spot with TRL's GRPOTrainer for a few steps.
 
-    python -m orsgen.demo [--steps 3] [--warmup-steps 300] [--out DIR]
+    python -m examples.demo [--steps 3] [--warmup-steps 300] [--out DIR]
 """
 
 import argparse
@@ -72,10 +72,11 @@ def main(argv: list[str] | None = None) -> int:
     start = time.time()
 
     from orsgen import cli
-    from orsgen.testing import serve, tiny
+
+    from examples import serve, tiny
 
     out_dir = args.out or Path(tempfile.mkdtemp(prefix="orsgen-demo-"))
-    with serve.running("orsgen.examples.echo:Echo") as server:
+    with serve.running("examples.echo:Echo") as server:
         print(f"[1] example ORS environment 'echo' served at {server.url}")
         path = out_dir / "echo_adapter.py"
         if cli.main([server.url, "-o", str(path)]) != 0:

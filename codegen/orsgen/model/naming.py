@@ -4,21 +4,39 @@ import builtins
 import keyword
 import re
 import unicodedata
+from importlib.resources import files
 
-# Names the generated adapter owns. TRL treats every public function of the class as a tool, reserves
-# `reset` and `get_reward`, and the episode state lives in plain attributes: a tool may not take any of them.
-ADAPTER_NAMES = frozenset({
-    "reset", "get_reward", "reward", "rewards", "metadata", "finished", "last_output", "task_index",
-    "prompt_mismatch", "group_size", "task_seed", "open_in_background",
-})
+from orsgen.runtime.adapter import Adapter
+
+# Names the runtime's adapter class owns (methods, settings, episode state). TRL treats every public function of the
+# class as a tool and reserves `reset` and `get_reward`: a tool may not take any of them.
+ADAPTER_NAMES = frozenset(
+    name
+    for cls in Adapter.__mro__
+    for name in [*vars(cls), *getattr(cls, "__annotations__", {})]
+    if not name.startswith("_")
+)
+
+
+def _template_names() -> frozenset[str]:
+    """Names the module template binds at the top level: read from the template itself, so none is missed."""
+    text = (files("orsgen.templates") / "module.py.jinja").read_text(encoding="utf-8")
+    bound = re.findall(r"^([A-Za-z_]\w*)\s*(?::[^=\n]*)?=", text, re.MULTILINE)
+    bound += re.findall(r"^(?:def|class) ([A-Za-z_]\w*)\b", text, re.MULTILINE)
+    bound += re.findall(r"^import (\w+)", text, re.MULTILINE)
+    bound += re.findall(r"^from \S+ import (\w+)$", text, re.MULTILINE)
+    return frozenset(bound)
+
+
+# Names a generated module defines or imports at the top level: an adapter class may not take one.
+MODULE_NAMES = (
+    _template_names()
+    | frozenset({"TYPE_CHECKING", "Any", "Literal", "NotRequired", "TypedDict", "Required"})
+    | frozenset(dir(builtins))
+)
 # A method defined in the class body shadows module names for the methods after it (their annotations and
 # defaults are evaluated in the class scope): tool attributes must not take a name the class body refers to.
-TOOL_RESERVED = ADAPTER_NAMES | frozenset(dir(builtins)) | frozenset({"UNSET", "Any", "Literal"})
-# Names a generated module defines or imports at the top level: an adapter class may not take one.
-MODULE_NAMES = frozenset({
-    "Any", "Literal", "NotRequired", "TypedDict", "Callable", "Mapping", "Sequence", "Environment", "ToolError",
-    "DriftError", "ENVIRONMENTS", "SNAPSHOT", "UNSET", "TYPE_CHECKING",
-}) | frozenset(dir(builtins))
+TOOL_RESERVED = ADAPTER_NAMES | MODULE_NAMES
 # Parameter names the method body itself uses.
 PARAM_RESERVED = frozenset({"self"})
 

@@ -7,8 +7,9 @@ import json
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from orsgen import docs, naming, normalize, typeddicts
-from orsgen.typemap import Converter, Node
+from orsgen import normalize
+from orsgen.model import docs, naming, typeddicts
+from orsgen.model.typemap import Converter, Node
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,8 @@ class Adapter:
     skipped: list[tuple[str, str]]  # (tool name, reason): what could not be generated, reported by the CLI
     variants: list[Variant] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # other warnings (e.g. a tool whose schema differs by task)
+    task_tools_split: str | None = None  # the split the task-specific tools were read from
+    terminal_tool: dict[str, Any] | None = None  # the environment's @terminal tool, as the server describes it
 
     def all_tools(self) -> list[Tool]:
         return self.tools + [t for v in self.variants for t in v.tools]
@@ -88,7 +91,9 @@ class Adapter:
 CARRIED = {"type", "properties", "required", "title", "description", "$defs", "definitions", "$schema"}
 
 
-def build(tools: list[dict[str, Any]], class_name: str, env: str | None, task_tools: Any = None) -> Adapter:
+def build(
+    tools: list[dict[str, Any]], class_name: str, env: str | None, task_tools: Any = None, terminal_tool: Any = None
+) -> Adapter:
     """The adapter for `tools`; `task_tools` (the snapshot's, if any) adds one subclass per task-specific tool set."""
     taken: set[str] = set()  # attribute names, shared by the base class and its variants
     prefixes: set[str] = set()  # TypedDict class name prefixes
@@ -99,6 +104,9 @@ def build(tools: list[dict[str, Any]], class_name: str, env: str | None, task_to
         extra = {t.wire_name: t for t in _tools(task_tools["tools"], taken, prefixes, skipped, seen)}
         adapter.variants = _variants(class_name, extra, task_tools.get("tasks") or {})
         adapter.notes = [f"task tools: {c}" for c in task_tools.get("conflicts") or []]
+        adapter.task_tools_split = task_tools.get("split")
+    if isinstance(terminal_tool, dict) and terminal_tool:
+        adapter.terminal_tool = terminal_tool
     return adapter
 
 

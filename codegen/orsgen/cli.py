@@ -13,11 +13,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from orsgen import __version__, config, model, naming, pin, pipeline, report, write
+from orsgen import __version__, config, model, pin, pipeline, report, write
 from orsgen.errors import OrsgenError
-from orsgen.fetch import Source, fetch
-from orsgen.fetch import tasks as fetch_tasks
+from orsgen.model import naming
 from orsgen.render import bundle as render_bundle
+from orsgen.source import Source, fetch
+from orsgen.source import tasks as fetch_tasks
 
 
 def parser() -> argparse.ArgumentParser:

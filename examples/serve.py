@@ -1,6 +1,6 @@
 """Run ORS environments with the openreward SDK's own `Server` under uvicorn, on 127.0.0.1 only.
 
-`python -m orsgen.testing.serve module:Class [module:Class ...] --port N` serves them;
+`python -m examples.serve module:Class [module:Class ...] --port N` serves them;
 `running(...)` starts that in a subprocess, waits for `/health`, and stops it afterwards.
 """
 
@@ -112,7 +112,7 @@ class Running:
 
 def start(*specs: str, port: int | None = None, timeout: float = 30.0, env: dict[str, str] | None = None) -> Running:
     port = port or free_port()
-    cmd = [sys.executable, "-m", "orsgen.testing.serve", *specs, "--port", str(port)]
+    cmd = [sys.executable, "-m", "examples.serve", *specs, "--port", str(port)]
     process = subprocess.Popen(cmd, env={**os.environ, **(env or {})}, stdout=subprocess.DEVNULL)
     url = f"http://{HOST}:{port}"
     deadline = time.monotonic() + timeout

@@ -1,4 +1,4 @@
-"""`python -m orsgen.testing.regen PORT [orsgen arguments]`: run orsgen while the example environment is served on
+"""`python -m examples.regen PORT [orsgen arguments]`: run orsgen while the example environment is served on
 127.0.0.1:PORT. With no arguments orsgen regenerates the [tool.orsgen] targets; `--check` checks them (CI).
 
 The port is fixed so that the URL pinned in the committed example module stays the same.
@@ -7,12 +7,13 @@ The port is fixed so that the URL pinned in the committed example module stays t
 import sys
 
 from orsgen import cli
-from orsgen.testing import serve
+
+from examples import serve
 
 
 def main(argv: list[str]) -> int:
     port, *arguments = argv
-    with serve.running("orsgen.examples.echo:Echo", port=int(port)):
+    with serve.running("examples.echo:Echo", port=int(port)):
         return cli.main(arguments)
 
 

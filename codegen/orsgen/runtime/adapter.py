@@ -1,0 +1,367 @@
+"""The adapter base class: sessions and episode state. A generated class adds one typed method per tool.
+
+Only ``reset`` and ``get_reward`` are public functions: TRL offers every other public function of an environment
+class to the model as a tool, so everything else here starts with ``_``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import logging
+import os
+import threading
+import weakref
+from collections.abc import Coroutine, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from orsgen.runtime import client, tasks
+from orsgen.runtime.content import content
+from orsgen.runtime.errors import DriftError, StartError, ToolError
+
+if TYPE_CHECKING:
+    from openreward.api.environments.client import AsyncEnvironment, AsyncSession
+
+    from orsgen.runtime.pinned import Pinned
+
+log = logging.getLogger("orsgen")
+
+
+class _Unset:
+    """Default of optional tool arguments: an argument the model leaves out is not sent, so the server's default
+    (or default_factory) applies."""
+
+    def __repr__(self) -> str:
+        return "UNSET"
+
+
+UNSET: Any = _Unset()
+_live: weakref.WeakSet[Adapter] = weakref.WeakSet()
+_failures = {"in_a_row": 0}  # episodes that could not start, one after another, in this process
+_failures_lock = threading.Lock()
+
+
+def close_all() -> None:
+    """Close every open session of every adapter and wait (bounded) until the server has them closed.
+    GRPOTrainer never closes its environments: this also runs at exit, and garbage collection closes too."""
+    for adapter in list(_live):
+        adapter._close()
+    running = client._loop
+    if running is not None and not running.stopped:
+        concurrent.futures.wait(list(running.closing), timeout=client.timeout("close"))
+
+
+def _exit_closers() -> list[Coroutine[Any, Any, None]]:
+    closers = []
+    for adapter in list(_live):
+        session, opening = adapter._session, adapter._opening
+        adapter._session = adapter._opening = None
+        if session is not None or opening is not None:
+            closers.append(_end(session, opening))
+    return closers
+
+
+client.on_exit(_exit_closers)
+
+
+async def _end(session: AsyncSession | None, opening: concurrent.futures.Future[Any] | None) -> None:
+    """Close a session; one still opening in the background is closed once it has opened."""
+    if opening is not None:
+        try:
+            session, _ = await asyncio.wrap_future(opening)
+        except BaseException:  # noqa: BLE001 - it never opened (or closed itself on failure)
+            return
+    if session is not None:
+        await asyncio.wait_for(session.__aexit__(None, None, None), client.timeout("close"))
+
+
+def _transient(exc: BaseException) -> bool:
+    """Worth another attempt: transport errors, timeouts, 5xx, 408 and 429; not a 4xx the request itself caused."""
+    code = client.status(exc)
+    return code is None or code >= 500 or code in (408, 429)
+
+
+class Adapter:
+    """Session handling and episode state for one environment (``pinned``), shared by its generated classes."""
+
+    pinned: ClassVar[Pinned]
+    open_in_background: ClassVar[bool] = False  # with rows from dataset(prompts=True): reset() returns at once
+    task_seed: ClassVar[int] = 0  # seed of the task order of resets without task_index
+    unscored_reward: ClassVar[float | None] = None  # what get_reward() gives an episode no tool scored
+    start_failures: ClassVar[str] = "skip"  # "skip": an episode that cannot start is unscored; "raise": reset raises
+    start_retries: ClassVar[int] = 2  # further attempts at a start that failed for a transient reason
+    max_start_failures: ClassVar[int] = 8  # episodes in a row that could not start before the run is stopped
+    # Episode state, for reward functions and shaping.
+    reward: float | None
+    rewards: list[float | None]
+    metadata: dict[str, Any] | None
+    finished: bool
+    last_output: Any
+    task_index: int | None
+    prompt_mismatch: str | None
+
+    def __init__(
+        self,
+        *,
+        url: str | None = None,
+        split: str | None = None,
+        api_key: str | None = None,
+        secrets: Mapping[str, Any] | None = None,
+        check_drift: bool | None = None,
+    ) -> None:
+        self._url = url
+        self._split = self._episode_split = split or self.pinned.split
+        self._api_key = api_key
+        self._secrets = secrets
+        drift = os.environ.get("ORSGEN_DRIFT_CHECK", "1") != "0"
+        self._check_drift = drift if check_drift is None else check_drift
+        self._env: AsyncEnvironment | None = None
+        self._session: AsyncSession | None = None
+        self._opening: concurrent.futures.Future[tuple[AsyncSession, Any]] | None = None  # open_in_background
+        self._expected: str | None = None  # the prompt returned while the session opens in the background
+        self._void: str | None = None  # why this episode cannot be scored (it did not start, its prompt was stale)
+        self._reward_claimed = False
+        self.reward: float | None = None
+        self.rewards: list[float | None] = []
+        self.metadata: dict[str, Any] | None = None
+        self.finished = False
+        self.last_output: Any = None
+        self.task_index: int | None = None
+        self.prompt_mismatch: str | None = None  # the live prompt, when it differed from the dataset's
+        _live.add(self)
+
+    # -- episodes ------------------------------------------------------------------------------------------------
+
+    def reset(self, **row: Any) -> Any:
+        """Close the previous episode, open a session on ``row["task_index"]`` and return the task's prompt.
+
+        Without a ``task_index`` (``GRPOTrainer`` with no ``train_dataset``: the environment owns the data), the task
+        follows from the rollout's place in the trainer's batch (step, rank, position), so the rollouts of a GRPO
+        group share a task on every rank; outside a trainer it is the first task of that order.
+
+        A task that cannot start (after ``start_retries`` more attempts at a transient failure) gives an unscored
+        episode: a warning, every tool call fails, ``get_reward()`` is None. ``start_failures = "raise"`` raises
+        instead; ``max_start_failures`` failures in a row stop the run.
+
+        With ``open_in_background = True`` and a row holding ``task_prompt`` (``dataset(prompts=True)``), the pinned
+        prompt is returned at once and the session opens in the background; the first tool call waits for it. A live
+        prompt that differs voids the episode (``prompt_mismatch`` then holds it).
+        """
+        self._close()
+        self.reward, self.rewards, self.metadata, self.finished, self.last_output = None, [], None, False, None
+        self._reward_claimed, self.prompt_mismatch, self._void, self._expected = False, None, None, None
+        split = self._episode_split = row.get("split") or self._split
+        env = self._environment()
+        index = self._task(env, split) if row.get("task_index") is None else int(row["task_index"])
+        self.task_index = index
+        loop = client.loop()
+        if self.open_in_background and isinstance(row.get("task_prompt"), str):
+            self._expected = row["task_prompt"]
+            self._opening = loop.submit(self._open(env, split, index))
+            return row["task_prompt"]
+        future = loop.submit(self._open(env, split, index))
+        try:
+            self._session, prompt = future.result()
+        except DriftError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - whatever stopped the task from starting
+            return self._start_failed(split, index, exc)
+        self._started()
+        return prompt
+
+    def get_reward(self) -> float | None:
+        """The last reward a tool returned in this episode. An episode no tool scored gives ``unscored_reward``
+        (None: GRPO leaves it out of its group's baseline); one that could not start, or that one of this module's
+        reward functions already counted, gives None: a reward is never counted twice."""
+        if self._reward_claimed or self._void is not None:
+            return None
+        return self.reward if self.reward is not None else self.unscored_reward
+
+    def _environment(self) -> AsyncEnvironment:
+        if self._env is None:
+            self._env = self.pinned.environment(self._url, self._api_key)
+        return self._env
+
+    def _task(self, env: AsyncEnvironment, split: str) -> int:
+        at = tasks.slot()
+        if at is None:
+            if threading.current_thread() is not threading.main_thread():
+                raise RuntimeError(tasks.REFUSED.format(where=f"thread {threading.current_thread().name!r}"))
+            at = tasks.Slot("train", 0)  # a look at a prompt outside training: shifts nothing
+        size = self.pinned.num_tasks(env, split, self._url)
+        return self.pinned.order.task(split, size, self.task_seed, at)
+
+    async def _open(self, env: AsyncEnvironment, split: str, index: int) -> tuple[AsyncSession, Any]:
+        """Open a session on a task and read its prompt, retrying transient failures with bounded backoff."""
+        limit = client.timeout("reset")
+        for attempt in range(self.start_retries + 1):
+            session = env.session(split=split, index=index, secrets=self._secrets)
+            try:
+                if self._check_drift:  # once per process and server; its requests wait on this loop
+                    await asyncio.get_running_loop().run_in_executor(None, self.pinned.check_drift, env, self._url)
+                await asyncio.wait_for(session.__aenter__(), limit)
+                return session, content(await asyncio.wait_for(session.get_prompt(), limit))
+            except DriftError:
+                raise
+            except Exception as exc:
+                with contextlib.suppress(Exception):  # a session the server half-opened is closed too
+                    await asyncio.wait_for(session.__aexit__(None, None, None), client.timeout("close"))
+                if isinstance(exc, asyncio.TimeoutError):
+                    exc = TimeoutError(f"no answer within {limit:g}s (ORSGEN_RESET_TIMEOUT)")
+                if attempt == self.start_retries or not _transient(exc):
+                    raise exc from None
+                wait = client.retry_after(exc) or min(2.0**attempt, 10.0)
+                await asyncio.sleep(min(wait, 60.0))
+        raise AssertionError("unreachable")
+
+    def _started(self) -> None:
+        with _failures_lock:
+            _failures["in_a_row"] = 0
+
+    def _start_failed(self, split: str, index: int, exc: BaseException) -> str:
+        """Void the episode (or raise, as configured); the prompt the trainer gets for a task that did not start."""
+        reason = client.describe(exc)
+        with _failures_lock:
+            _failures["in_a_row"] += 1
+            in_a_row = _failures["in_a_row"]
+        where = f"{type(self).__name__}: task {index} of split {split!r}"
+        if client.status(exc) == 429:
+            raise StartError(f"{where}: the environment is at capacity after {self.start_retries + 1} attempts "
+                             f"({reason}): run fewer rollouts at once (per_device_train_batch_size, "
+                             "max_inflight_tasks) or raise the environment's capacity") from None
+        if self.start_failures == "raise":
+            raise StartError(f"{where} could not start: {reason}") from None
+        if in_a_row >= self.max_start_failures:
+            raise StartError(f"{in_a_row} episodes in a row could not start (the environment looks down); last, "
+                             f"{where}: {reason}") from None
+        log.warning("orsgen: %s could not start, the episode is unscored: %s", where, reason)
+        self._void = f"task {index} could not start ({reason})"
+        return f"(task {index} could not start: this episode is not scored)"
+
+    # -- tool calls ----------------------------------------------------------------------------------------------
+
+    def _call(self, name: str, arguments: dict[str, Any]) -> Any:
+        session = self._session if self._opening is None else self._settle(self._opening)
+        session = self._usable(name, session)
+        try:
+            return self._record(client.loop().run(session.call_tool(name, _payload(arguments)), "tool"))
+        except _failures_types() as exc:
+            raise _tool_error(name, exc) from None
+
+    async def _acall(self, name: str, arguments: dict[str, Any]) -> Any:
+        """`_call` for `async def` tools: awaits on the caller's loop (never blocking it) while the runtime's loop
+        does the request."""
+        session = self._session
+        if self._opening is not None:
+            opening = self._opening
+            with contextlib.suppress(Exception):  # settled below, with the one message for it
+                await asyncio.wait_for(asyncio.wrap_future(opening), client.timeout("reset"))
+            session = self._settle(opening)
+        session = self._usable(name, session)
+        limit = client.timeout("tool")
+        future = client.loop().submit(asyncio.wait_for(session.call_tool(name, _payload(arguments)), limit))
+        try:
+            return self._record(await asyncio.wrap_future(future))
+        except TimeoutError:
+            raise ToolError(f"{name} failed: no answer within {limit:g}s (ORSGEN_TOOL_TIMEOUT)") from None
+        except _failures_types() as exc:
+            raise _tool_error(name, exc) from None
+
+    def _settle(self, opening: concurrent.futures.Future[Any]) -> AsyncSession | None:
+        """The session opened in the background (the first call waits, bounded); a failure or a stale prompt voids
+        the episode."""
+        if self._opening is not opening:  # settled by a concurrent call
+            return self._session
+        self._opening = None
+        try:
+            session, live = opening.result(timeout=client.timeout("reset"))
+        except Exception as exc:  # noqa: BLE001
+            if isinstance(exc, concurrent.futures.TimeoutError):
+                opening.add_done_callback(_close_when_open)
+            self._start_failed(self._episode_split, self.task_index or 0, exc)
+            return None
+        self._session = session
+        self._started()
+        if live != self._expected:
+            self.prompt_mismatch = str(live)
+            self._void = "the task's live prompt differs from the one in the dataset (prompt_mismatch holds it)"
+        return session
+
+    def _usable(self, name: str, session: AsyncSession | None) -> AsyncSession:
+        if self._void is not None:
+            raise ToolError(f"{name}: this episode is not scored: {self._void}")
+        if session is None:
+            raise ToolError(f"{name}: no episode is open (reset() was not called)")
+        return session
+
+    def _record(self, output: Any) -> Any:
+        self.last_output = output
+        self.rewards.append(output.reward)
+        if output.reward is not None:
+            self.reward = output.reward
+        if output.metadata is not None:
+            self.metadata = output.metadata
+        self.finished = self.finished or bool(output.finished)
+        return content(output.blocks)
+
+    def _claim(self, value: float | None) -> float | None:
+        self._reward_claimed = True
+        return None if self._void is not None else value
+
+    # -- closing -------------------------------------------------------------------------------------------------
+
+    def _close(self, wait: bool = False) -> None:
+        """End the open session, if any: at the next reset, on close_all(), at exit and on garbage collection. The
+        server is told in the background, so the next rollout does not wait for it; `wait=True` waits (bounded)."""
+        session, self._session = self._session, None
+        opening, self._opening = self._opening, None
+        if session is None and opening is None:
+            return
+        running = client._loop
+        if running is None or running.stopped:
+            return
+        future = running.submit(_end(session, opening))
+        running.closing.add(future)
+        future.add_done_callback(running.closing.discard)
+        if wait:
+            with contextlib.suppress(Exception):  # the server reaps what it was not told
+                future.result(timeout=client.timeout("close"))
+
+    def __del__(self) -> None:
+        try:
+            self._close()
+        except BaseException:  # noqa: BLE001, S110 - interpreter exit: module globals may already be gone
+            pass
+
+
+def _close_when_open(opening: concurrent.futures.Future[Any]) -> None:
+    """A background opening that outlived its wait: close the session if it does open."""
+    try:
+        session, _ = opening.result()
+    except BaseException:  # noqa: BLE001
+        return
+    running = client._loop
+    if running is not None and not running.stopped:
+        running.submit(_end(session, None))
+
+
+def _payload(arguments: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in arguments.items() if value is not UNSET}
+
+
+def _failures_types() -> tuple[type[BaseException], ...]:
+    """What a tool call can fail with: the tool's own error, the SDK's and the transport's, a timeout."""
+    from aiohttp import ClientError
+    from openreward.api.errors import OpenRewardError
+
+    return (OpenRewardError, ClientError, OSError, TimeoutError, asyncio.TimeoutError)
+
+
+def _tool_error(name: str, exc: BaseException) -> ToolError:
+    from openreward.api.errors import ToolCallError
+
+    if isinstance(exc, ToolCallError):
+        return ToolError(" ".join(f"{name} failed ({exc.reason}): {exc.detail}".split()))
+    return ToolError(f"{name} failed: {client.describe(exc)}")
+

@@ -1,0 +1,226 @@
+"""The runtime's one connection to the openreward SDK: its own event loop thread, one SDK client per API key, bounded
+waits, and the clean-up at exit. Only the SDK's public async API is used, except the SSE parser fix (checked)."""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import concurrent.futures
+import contextlib
+import os
+import threading
+from collections.abc import Callable, Coroutine
+from importlib.metadata import PackageNotFoundError, version
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+
+if TYPE_CHECKING:
+    from openreward.api.environments.client import AsyncEnvironment
+
+T = TypeVar("T")
+TESTED_SDK = "0.1.167"  # the openreward release this runtime is tested against (pyproject pins it)
+
+# Bounds on every wait for the server, in seconds (the SDK itself waits for ever on some requests). Read when used,
+# so a training script may set them after importing a module.
+TIMEOUTS = {"reset": ("ORSGEN_RESET_TIMEOUT", 120.0), "tool": ("ORSGEN_TOOL_TIMEOUT", 900.0),
+            "close": ("ORSGEN_CLOSE_TIMEOUT", 10.0)}
+
+
+def timeout(kind: str) -> float:
+    name, default = TIMEOUTS[kind]
+    return float(os.environ.get(name, default))
+
+
+def describe(exc: BaseException) -> str:
+    """One readable line for an error, however the SDK formats it: the innermost cause of a retry chain, once."""
+    errors = getattr(exc, "errors", None)
+    if errors:  # MaxRetriesError: the attempts' errors, usually the same one several times
+        exc = errors[-1]
+    text = str(exc) or type(exc).__name__
+    detail = getattr(exc, "detail", None)
+    if isinstance(detail, str) and getattr(exc, "reason", None):
+        text = f"{exc.reason}: {detail}"  # type: ignore[attr-defined]
+    line = " ".join(f"{type(exc).__name__}: {text}".split())
+    return line if len(line) <= 300 else line[:297] + "..."
+
+
+def status(exc: BaseException) -> int | None:
+    """The HTTP status behind an SDK error, if any (a retry chain: its last attempt)."""
+    errors = getattr(exc, "errors", None)
+    if errors:
+        exc = errors[-1]
+    code = getattr(exc, "status", None)
+    return code if isinstance(code, int) else None
+
+
+def retry_after(exc: BaseException) -> float | None:
+    errors = getattr(exc, "errors", None)
+    if errors:
+        exc = errors[-1]
+    value = getattr(exc, "retry_after", None)
+    return float(value) if isinstance(value, (int, float)) else None
+
+
+class Loop:
+    """A daemon thread running the event loop every SDK call of this process goes through. The SDK's aiohttp clients
+    live on it, so sessions survive between the trainer's synchronous calls and async tools never block it."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="orsgen-runtime", daemon=True)
+        self.thread.start()
+        self.apis: dict[str, Any] = {}  # API key -> the SDK's AsyncEnvironmentsAPI
+        self.environments: dict[tuple[str, str, str | None, str | None], AsyncEnvironment] = {}
+        self.lock = threading.Lock()
+        self.closing: set[concurrent.futures.Future[Any]] = set()  # sessions being closed in the background
+        self.stopped = False
+
+    def submit(self, coroutine: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        if self.stopped:
+            coroutine.close()
+            raise RuntimeError("the orsgen runtime has shut down (interpreter exit)")
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop)
+
+    def run(self, coroutine: Coroutine[Any, Any, T], kind: str) -> T:
+        """Run a coroutine on the loop and wait at most the `kind` timeout for it."""
+        limit = timeout(kind)
+        future = self.submit(asyncio.wait_for(coroutine, limit))
+        try:
+            return future.result(timeout=limit + 1)
+        except (TimeoutError, concurrent.futures.TimeoutError):
+            future.cancel()
+            raise TimeoutError(f"no answer within {limit:g}s ({TIMEOUTS[kind][0]})") from None
+
+    def environment(self, deployment: str, variant: str | None, url: str | None, api_key: str | None) -> AsyncEnvironment:
+        """The SDK handle of an environment; one SDK client per API key and process, made on first use."""
+        key = api_key if api_key is not None else os.environ.get("OPENREWARD_API_KEY", "")
+        where = (key, deployment, variant, url)
+        with self.lock:
+            handle = self.environments.get(where)
+            if handle is None:
+                api = self.apis.get(key)
+                if api is None:
+                    from openreward import AsyncOpenReward
+
+                    api = self.apis[key] = AsyncOpenReward(api_key=key).environments
+
+                async def get() -> AsyncEnvironment:  # the SDK makes its aiohttp client on the running loop
+                    return api.get(deployment, variant=variant, base_url=url)
+
+                handle = self.environments[where] = self.submit(get()).result(timeout=30)
+        return handle
+
+    def shutdown(self, close_sessions: Callable[[], list[Coroutine[Any, Any, None]]]) -> None:
+        """At exit: close every open session (bounded), then the SDK's clients, then the loop. Prints nothing."""
+        if self.stopped:
+            return
+
+        async def finish() -> None:
+            pending: list[asyncio.Future[Any]] = [asyncio.ensure_future(c) for c in close_sessions()]
+            pending += [asyncio.wrap_future(f) for f in list(self.closing)]
+            if pending:
+                await asyncio.wait(pending, timeout=timeout("close"))
+            for api in self.apis.values():
+                with contextlib.suppress(Exception):  # exiting: nothing to report to
+                    await asyncio.wait_for(api.aclose(), 2)
+
+        with contextlib.suppress(Exception):
+            self.submit(finish()).result(timeout=timeout("close") + 5)
+        self.stopped = True
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(timeout=2)
+
+
+_loop: Loop | None = None
+_loop_lock = threading.Lock()
+_exit_hooks: list[Callable[[], list[Coroutine[Any, Any, None]]]] = []
+
+
+def loop() -> Loop:
+    """The process's runtime loop, started (with the SDK check and the exit hook) on first use, never at import."""
+    global _loop
+    with _loop_lock:
+        if _loop is None or _loop.stopped:
+            check_sdk()
+            _loop = Loop()
+            atexit.register(_at_exit, _loop)
+            sse.install(_loop.thread)
+    return _loop
+
+
+def on_exit(hook: Callable[[], list[Coroutine[Any, Any, None]]]) -> None:
+    """`hook()` gives the close coroutines of what is still open when the interpreter exits."""
+    _exit_hooks.append(hook)
+
+
+def _at_exit(running: Loop) -> None:
+    running.shutdown(lambda: [c for hook in _exit_hooks for c in hook()])
+
+
+def sdk_version() -> str:
+    try:
+        return version("openreward")
+    except PackageNotFoundError:
+        return "not installed"
+
+
+def check_sdk() -> None:
+    """The SDK surface this runtime relies on, checked once: one line naming the installed and tested versions."""
+    try:
+        from openreward import AsyncOpenReward  # noqa: F401
+        from openreward.api._session import http
+        from openreward.api.environments.client import AsyncSession
+    except ImportError as exc:
+        raise RuntimeError(_mismatch(f"cannot import {exc.name or exc}")) from None
+    missing = [n for n in ("__aenter__", "__aexit__", "get_prompt", "call_tool") if not hasattr(AsyncSession, n)]
+    if not callable(getattr(http, "_parse_sse_events", None)):
+        missing.append("http._parse_sse_events")
+    if missing:
+        raise RuntimeError(_mismatch(f"it lacks {', '.join(missing)}"))
+
+
+def _mismatch(what: str) -> str:
+    return (f"orsgen runtime: the installed openreward {sdk_version()} does not fit ({what}); this runtime is tested "
+            f"with openreward=={TESTED_SDK}: install that version")
+
+
+class sse:
+    """The SDK strips every leading space of an SSE data line; the SSE spec strips one, so results cut into chunks
+    lose the spaces at a cut. The fix applies on the runtime's own thread only: other SDK users keep the SDK's
+    parser. ORSGEN_SSE_FIX=0 turns it off."""
+
+    threads: ClassVar[set[threading.Thread]] = set()
+
+    @staticmethod
+    def install(thread: threading.Thread) -> None:
+        from openreward.api._session import http
+
+        sse.threads.add(thread)
+        if os.environ.get("ORSGEN_SSE_FIX", "1") == "0" or getattr(http._parse_sse_events, "orsgen", False):
+            return
+        original = http._parse_sse_events
+
+        def parse(response: Any) -> Any:
+            return sse.parse(response) if threading.current_thread() in sse.threads else original(response)
+
+        parse.orsgen = True  # type: ignore[attr-defined]
+        http._parse_sse_events = parse
+
+    @staticmethod
+    async def parse(response: Any) -> Any:
+        event: str | None = None
+        data: list[str] = []
+        async for raw in response.content:
+            line = raw.decode("utf-8", "replace").rstrip("\r\n")
+            if not line:
+                if event:
+                    yield event, "\n".join(data)
+                event, data = None, []
+                continue
+            if line.startswith(":"):
+                continue
+            field, _, value = line.partition(":")
+            value = value.removeprefix(" ")
+            if field == "event":
+                event = value
+            elif field == "data":
+                data.append(value)

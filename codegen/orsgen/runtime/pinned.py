@@ -1,0 +1,197 @@
+"""What a generated module pinned about its environment (connection, snapshot, task list) and what is derived from
+it once per process: the drift check, split sizes, the task order and the dataset."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from orsgen.runtime import client
+from orsgen.runtime.errors import DriftError
+from orsgen.runtime.tasks import Order
+
+if TYPE_CHECKING:
+    import datasets
+    from openreward.api.environments.client import AsyncEnvironment
+
+RESERVED_COLUMNS = ("prompt", "task_index", "split", "environment", "task_prompt")
+CHUNK = 1024  # tasks per request when a split is large enough for a progress bar
+
+
+@dataclass(eq=False)
+class Pinned:
+    """One environment as a generated module pinned it. The module's adapter classes and `dataset` use it."""
+
+    module: str  # the generated module's __name__ (for messages)
+    target: str
+    url: str | None  # session server; None: OPENREWARD_SESSION_URL or the platform's
+    deployment: str
+    env: str | None
+    split: str
+    snapshot: dict[str, Any]
+    tasks_file: str | None = None  # FILE.tasks.json beside the module (written by --pin-tasks), if it exists
+    task_classes: dict[int, str] = field(default_factory=dict)  # task -> adapter class (task-specific tools)
+    task_tools_split: str | None = None
+    default_class: str = ""
+    _drift_checked: set[str] = field(default_factory=set, repr=False)
+    _sizes: dict[tuple[str | None, str], int] = field(default_factory=dict, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    order: Order = field(default_factory=Order, repr=False)
+
+    def server(self, url: str | None) -> str | None:
+        """The session server: the adapter's, else OPENREWARD_SESSION_URL, else the pinned one (None: the SDK's)."""
+        return url or os.environ.get("OPENREWARD_SESSION_URL") or self.url
+
+    def environment(self, url: str | None, api_key: str | None) -> AsyncEnvironment:
+        return client.loop().environment(self.deployment, self.env, self.server(url), api_key)
+
+    def check_drift(self, env: AsyncEnvironment, url: str | None) -> None:
+        """Compare the live tool list with the snapshot, once per process and server."""
+        where = self.server(url) or self.deployment
+        with self._lock:
+            if where in self._drift_checked:
+                return
+            live = {t.name: canonical({"description": t.description or "", "input_schema": t.input_schema,
+                                       "name": t.name}) for t in client.loop().run(env.list_tools(), "reset")}
+            pinned = {t["name"]: t for t in self.snapshot["tools"]}
+            changes = [f"+ {n} (new on the server)" for n in live if n not in pinned]
+            changes += [f"- {n} (gone from the server)" for n in pinned if n not in live]
+            changes += [f"~ {n} (schema or description changed)" for n in live if n in pinned and live[n] != pinned[n]]
+            if changes:
+                raise DriftError(
+                    f"the tools at {where} differ from those pinned in {self.module} ({self.target}): "
+                    f"{'; '.join(changes)}. Regenerate the module, or set ORSGEN_DRIFT_CHECK=0 to train anyway."
+                )
+            self._drift_checked.add(where)
+
+    def num_tasks(self, env: AsyncEnvironment, split: str, url: str | None) -> int:
+        key = (self.server(url), split)
+        if key not in self._sizes:
+            self._sizes[key] = int(client.loop().run(env.num_tasks(split), "reset"))
+        return self._sizes[key]
+
+    def _pinned_tasks(self) -> dict[str, list[Any]] | None:
+        if not self.tasks_file or not os.path.exists(self.tasks_file):
+            return None
+        with open(self.tasks_file, encoding="utf-8") as f:
+            splits: dict[str, list[Any]] = json.load(f)["splits"]
+        return splits
+
+    def task_specs(self, split: str, start: int, stop: int | None, url: str | None, api_key: str | None) -> list[Any]:
+        """Task specs start..stop of a split: from the pinned file, else by task ranges (never one request per task)."""
+        splits = self._pinned_tasks()
+        if splits is not None:
+            if split not in splits:
+                raise ValueError(f"dataset(): split {split!r} is not in {self.tasks_file} (it has {sorted(splits)})")
+            return list(splits[split][start:stop])
+        env = self.environment(url, api_key)
+        run = client.loop().run
+        if stop is None or stop - start <= CHUNK:
+            return [task.task_spec for task in run(env.get_task_range(split, start, stop), "reset")]
+        from tqdm.auto import tqdm
+
+        specs: list[Any] = []
+        with tqdm(total=stop - start, desc=f"tasks of {split}", unit="task") as bar:
+            for lo in range(start, stop, CHUNK):
+                chunk = run(env.get_task_range(split, lo, min(lo + CHUNK, stop)), "reset")
+                specs += [task.task_spec for task in chunk]
+                bar.update(len(chunk))
+                if len(chunk) < min(CHUNK, stop - lo):
+                    break
+        return specs
+
+    def prompts(self, split: str, indices: list[int], url: str | None, api_key: str | None) -> list[str]:
+        """Each task's prompt text, read in short sessions, 8 at a time."""
+        from orsgen.runtime.adapter import Adapter
+
+        class Reader(Adapter):
+            pinned = self
+            start_failures = "raise"
+
+        def read(index: int) -> str:
+            adapter = Reader(url=url, split=split, api_key=api_key, check_drift=False)
+            try:
+                return str(adapter.reset(task_index=index))
+            finally:
+                adapter._close(wait=True)
+
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            return list(pool.map(read, indices))
+
+    def dataset(
+        self,
+        split: str | None = None,
+        num_tasks: int | None = None,
+        indices: Sequence[int] | None = None,
+        include_metadata: bool = True,
+        *,
+        prompts: bool = False,
+        url: str | None = None,
+        api_key: str | None = None,
+    ) -> datasets.Dataset:
+        """The tasks of a split as a ``datasets.Dataset`` for ``GRPOTrainer(train_dataset=...)``.
+
+        Rows hold ``prompt`` (an empty user message: ``reset()`` supplies the task's prompt), ``task_index``,
+        ``split`` and, with ``include_metadata``, one column per task-spec key. When tasks advertise their own tools,
+        an ``environment`` column names each row's class: train with ``environment_factory=ENVIRONMENTS``.
+        ``num_tasks`` takes the first N tasks, ``indices`` the ones named; the default is the whole split.
+        ``prompts=True`` also stores each task's prompt in a ``task_prompt`` column (one short session per task,
+        8 at a time), for adapters with ``open_in_background``.
+        """
+        from datasets import Dataset
+
+        split = split or self.split
+        if num_tasks is not None and indices is not None:
+            raise ValueError("dataset(): pass num_tasks or indices, not both")
+        if num_tasks is not None and num_tasks < 0:
+            raise ValueError(f"dataset(): num_tasks must be >= 0, got {num_tasks}")
+        if indices is None:
+            tasks = self.task_specs(split, 0, num_tasks, url, api_key)
+            if num_tasks is not None and len(tasks) < num_tasks:
+                raise ValueError(f"dataset(): split {split!r} has {len(tasks)} tasks, {num_tasks} were asked for")
+            chosen = list(enumerate(tasks))
+        else:
+            wanted = [int(i) for i in indices]
+            if not wanted or min(wanted) < 0:
+                raise ValueError(f"dataset(): indices must be a non-empty list of indices >= 0, got {list(indices)}")
+            start = min(wanted)
+            tasks = self.task_specs(split, start, max(wanted) + 1, url, api_key)
+            if max(wanted) >= start + len(tasks):
+                raise ValueError(f"dataset(): index {max(wanted)} is out of range: split {split!r} has fewer tasks")
+            chosen = [(i, tasks[i - start]) for i in wanted]
+        specs = [spec if include_metadata and isinstance(spec, dict) else {} for _, spec in chosen]
+        columns: dict[str, list[Any]] = {
+            "prompt": [[{"role": "user", "content": ""}] for _ in chosen],
+            "task_index": [i for i, _ in chosen],
+            "split": [split for _ in chosen],
+        }
+        if self.task_classes and split == self.task_tools_split:  # task-specific tools: route each row to its class
+            columns["environment"] = [self.task_classes.get(i, self.default_class) for i, _ in chosen]
+        if prompts:
+            columns["task_prompt"] = self.prompts(split, [i for i, _ in chosen], url, api_key)
+        for key in sorted({k for spec in specs for k in spec} - set(RESERVED_COLUMNS)):
+            columns[key] = one_type([spec.get(key) for spec in specs])
+        return Dataset.from_dict(columns)
+
+
+def one_type(values: list[Any]) -> list[Any]:
+    """A column Arrow can hold: values of mixed or nested types are JSON-encoded (None stays None)."""
+    kinds = {type(v) for v in values if v is not None}
+    if len(kinds) > 1 or not kinds <= {str, int, float, bool}:
+        return [v if v is None or isinstance(v, str) else json.dumps(v, sort_keys=True) for v in values]
+    return values
+
+
+def canonical(node: Any, keep_order: bool = False) -> Any:
+    """The snapshot's JSON form: keys sorted, except in `properties`, whose order is the parameters' order."""
+    if isinstance(node, list):
+        return [canonical(x) for x in node]
+    if not isinstance(node, dict):
+        return node
+    keys = list(node) if keep_order else sorted(node)
+    return {k: canonical(node[k], keep_order=k == "properties" and not keep_order) for k in keys}

@@ -1,0 +1,61 @@
+"""Reward functions for ``GRPOTrainer(reward_funcs=[...])``. Without any, TRL uses the adapter's ``get_reward()``
+(the outcome); with one of these, ``get_reward()`` returns None for the episodes it scored, so no episode is counted
+twice. They read ``environments``, which AsyncGRPOTrainer does not pass: there, rely on ``get_reward()``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from orsgen.runtime.adapter import Adapter
+from orsgen.runtime.errors import ToolError
+
+
+def outcome_reward(environments: Sequence[Adapter], **kwargs: Any) -> list[float | None]:
+    """The last reward a tool gave in each episode (None: unscored)."""
+    return [env._claim(env.reward) for env in environments]
+
+
+def total_reward(environments: Sequence[Adapter], **kwargs: Any) -> list[float | None]:
+    """The sum of every step's reward (None when no step was scored)."""
+    return [env._claim(_total(env.rewards)) for env in environments]
+
+
+def _total(rewards: list[float | None]) -> float | None:
+    scored = [r for r in rewards if r is not None]
+    return sum(scored) if scored else None
+
+
+def finished_reward(environments: Sequence[Adapter], **kwargs: Any) -> list[float | None]:
+    """The outcome of episodes that finished; 0.0 for episodes that did not."""
+    return [env._claim(env.reward if env.finished else 0.0) for env in environments]
+
+
+def shaped_reward(shape: Callable[[Adapter], float | None], name: str = "shaped_reward") -> Any:
+    """A reward function from your own shaping of an episode, e.g. a bonus for finishing early::
+
+        reward_funcs=[shaped_reward(lambda env: (env.reward or 0.0) - 0.01 * len(env.rewards))]
+    """
+
+    def reward(environments: Sequence[Adapter], **kwargs: Any) -> list[float | None]:
+        return [env._claim(shape(env)) for env in environments]
+
+    reward.__name__ = reward.__qualname__ = name
+    return reward
+
+
+def terminal_reward(
+    tool: dict[str, Any], completions: Sequence[Any], environments: Sequence[Adapter]
+) -> list[float | None]:
+    """Send each completion's final assistant message to the terminal `tool`; its reward is the episode's."""
+    scores: list[float | None] = []
+    for completion, env in zip(completions, environments, strict=True):
+        messages = completion if isinstance(completion, list) else [{"role": "assistant", "content": completion}]
+        final = next((m.get("content") for m in reversed(messages) if m.get("role") == "assistant"), "") or ""
+        arg = tool.get("arg")
+        try:
+            env._call(tool["name"], {arg: final if isinstance(final, str) else str(final)} if arg else {})
+        except ToolError:
+            pass  # the episode keeps what it had (or stays unscored)
+        scores.append(env._claim(env.reward))
+    return scores
