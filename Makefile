@@ -21,8 +21,8 @@ test: setup
 	$(PY) -m pytest -q
 
 lint: setup
-	$(PY) -m ruff check codegen tests
-	$(PY) -m mypy codegen
+	$(PY) -m ruff check codegen tests examples bench generated
+	$(PY) -m mypy codegen examples generated
 
 # Regenerate / check generated/ (the [tool.orsgen] targets) against the example environment on its pinned port.
 generate: setup

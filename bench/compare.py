@@ -141,10 +141,8 @@ class Orsgen:
         return module, lambda: module.dataset(num_tasks=NUM_TASKS)
 
     def stop(self, module: ModuleType, adapter: Any = None) -> None:
-        """Close the copy's sessions, then its SDK clients (their loop threads would outlive the copy)."""
+        """Close the copy's sessions (the SDK client and its loop thread belong to the process's runtime)."""
         module.close_all()
-        for environments in getattr(module, "_clients", {}).values():
-            environments.close()
 
 
 class Trl:

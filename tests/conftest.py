@@ -54,6 +54,16 @@ def load(path: Path) -> ModuleType:
     return module
 
 
+def settle(timeout: float = 10.0) -> None:
+    """Wait until the sessions the runtime is closing in the background are closed."""
+    import concurrent.futures
+
+    from orsgen.runtime import client
+
+    if client._loop is not None:
+        concurrent.futures.wait(list(client._loop.closing), timeout=timeout)
+
+
 @pytest.fixture
 def generate(tmp_path):
     """generate(target, *options) -> the imported module; fails the test on a non-zero exit."""

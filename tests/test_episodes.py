@@ -1,6 +1,8 @@
 """Datasets, rewards, env-owned task order and images, through generated modules against live servers."""
 
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -103,33 +105,49 @@ def test_tool_failures_are_errors_for_trl(studio):
     env._close()
 
 
-def test_images_reach_the_model_as_content_parts(studio):
+@pytest.mark.parametrize("pillow", [True, False])
+def test_images_reach_the_model_as_content_parts(studio, pillow):
+    _, _, path = studio
+    script = (
+        ("" if pillow else "import sys; sys.modules['PIL'] = None\n")  # as if Pillow were not installed
+        + f"import sys; sys.path.insert(0, {str(path.parent)!r})\nimport {path.stem} as m\n"
+        "env = m.Studio(); env.reset(task_index=0); parts = env.draw()\n"
+        "print(parts[0]); print(parts[1]['type'], type(parts[1]['image']).__module__, str(parts[1]['image'])[:22])\n"
+        "m.close_all()\n"
+    )
+    run = subprocess.run([sys.executable, "-c", script], check=False, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    text, image = run.stdout.splitlines()
+    assert text == "{'type': 'text', 'text': 'a pixel'}"
+    if pillow:
+        assert image.startswith("image PIL.")
+    else:
+        assert image == "image builtins data:image/png;base64,"
+
+
+def test_reset_without_task_index_outside_training_shifts_nothing(studio):
     _, mod, _ = studio
-    env = mod.Studio()
-    env.reset(task_index=0)
-    parts = env.draw()
-    assert parts[0] == {"type": "text", "text": "a pixel"}
-    assert parts[1]["type"] == "image"
-    image = parts[1]["image"]
-    assert getattr(image, "size", None) == (1, 1) or str(image).startswith("data:image/png;base64,")
-    env._close()
 
-
-def test_reset_without_task_index_follows_a_seeded_shared_order(studio):
-    _, mod, _ = studio
-
-    class Grouped(mod.Studio):
-        group_size = 3
+    class Seeded(mod.Studio):
         task_seed = 7
 
-    first, second = Grouped(), Grouped()
-    prompts = [(first if i % 2 else second).reset() for i in range(9)]
-    tasks = [int(p.rsplit(" ", 1)[1]) for p in prompts]
-    assert tasks[0:3] == [tasks[0]] * 3 and tasks[3:6] == [tasks[3]] * 3 and tasks[6:9] == [tasks[6]] * 3
-    assert len({tasks[0], tasks[3], tasks[6]}) == 3
+    first, second = Seeded(), Seeded()
+    tasks = [int((first if i % 2 else second).reset().rsplit(" ", 1)[1]) for i in range(4)]
     import random
 
     order = list(range(70))
     random.Random(7 * 1_000_003).shuffle(order)
-    assert [tasks[0], tasks[3], tasks[6]] == order[:3]  # the documented order: shared by both adapters
+    assert tasks == [order[0]] * 4  # a look at a prompt: always the first task of the order, no counter moves
     mod.close_all()
+
+
+def test_the_task_order_is_reshuffled_every_epoch(studio):
+    _, mod, _ = studio
+    from orsgen.runtime.tasks import Slot
+
+    order = mod.PINNED.order
+    first = [order.task("train", 70, 0, Slot("train", p)) for p in range(70)]
+    second = [order.task("train", 70, 0, Slot("train", p)) for p in range(70, 140)]
+    assert sorted(first) == sorted(second) == list(range(70))  # each epoch visits every task once
+    assert first != second
+    assert order.task("train", 70, 0, Slot("train", 3)) == first[3]  # the same slot gives the same task again

@@ -2,9 +2,7 @@
 run-time drift detection and template overrides."""
 
 import json
-import os
 import shutil
-import urllib.request
 
 import pytest
 
@@ -133,17 +131,15 @@ def test_runtime_drift_fails_fast_with_a_readable_diff(tmp_path, monkeypatch):
         server.stop()
 
 
-def test_template_override_shadows_one_file(echo_server, tmp_path):
+def test_template_override_shadows_one_file(multi_server, tmp_path):
     templates = tmp_path / "templates"
     templates.mkdir()
-    builtin = (ROOT / "templates" / "dataset.py.jinja").read_text()
-    (templates / "dataset.py.jinja").write_text("# house rule: reviewed datasets only\n" + builtin)
-    out = tmp_path / "echo.py"
-    result = orsgen(echo_server.url, "-o", str(out), "--templates", str(templates))
+    builtin = (ROOT / "templates" / "bundle.py.jinja").read_text()
+    (templates / "bundle.py.jinja").write_text("# house rule: reviewed bundles only\n" + builtin)
+    out = tmp_path / "gen"
+    result = orsgen(multi_server.url, "--env", "echo", "--env", "quiz", "-o", str(out), "--templates", str(templates))
     assert result.returncode == 0, result.stderr
-    text = out.read_text()
-    assert "# house rule: reviewed datasets only" in text
-    assert "class Echo(runtime.Adapter)" in text and "dataset = PINNED.dataset" in text  # the other templates are the built-in ones
-    with urllib.request.urlopen(f"{echo_server.url}/health") as r:
-        assert json.loads(r.read())["status"] == "ok"
-    assert os.path.exists(out)
+    assert (out / "bundle.py").read_text().startswith("# house rule: reviewed bundles only\n")
+    echo = (out / "echo.py").read_text()
+    assert "house rule" not in echo and "class Echo(runtime.Adapter)" in echo  # the module template is the built-in
+    assert f"--templates {templates.as_posix()}" in echo.splitlines()[1]  # the header's command says how it was made

@@ -24,6 +24,7 @@ from orsgen.source import tasks as fetch_tasks
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="orsgen",
+        allow_abbrev=False,
         description="Generate a typed Python adapter module for an ORS environment, for TRL's GRPOTrainer. "
         "With no TARGET, every target in [tool.orsgen] of ./pyproject.toml.",
     )
@@ -35,16 +36,7 @@ def parser() -> argparse.ArgumentParser:
         "with several (or several --env), -o is a directory: one module each plus bundle.py for training on all",
     )
     p.add_argument("-o", "--output", type=Path, help="the module to write (e.g. generated/env.py), or a directory")
-    p.add_argument("--env", action="append", help="environment of a multi-environment server (default: the first); "
-                   "repeat it for several")
-    p.add_argument("--class-name", help="adapter class name (default: the environment's name in PascalCase)")
-    p.add_argument("--templates", type=Path, help="directory of templates that shadow the built-in ones, by file")
-    p.add_argument("--task-tools-from", metavar="TASKS", help="also read the tools these tasks advertise in a session "
-                   "(0,1,5 | 0-9 | all): each distinct set of task-specific tools gets its own adapter class")
-    p.add_argument("--async-tools", action="store_true", help="tool methods as `async def`: TRL runs the calls of one "
-                   "message concurrently")
-    p.add_argument("--pin-tasks", action="store_true", help="also write every split's tasks next to the module "
-                   "(FILE.tasks.json): dataset() then needs no network and is reproducible")
+    config.add_arguments(p)
     p.add_argument("--check", action="store_true", help="write nothing; exit 1 if the output is not up to date")
     p.add_argument("--report", action="store_true", help="print what the model will see of each tool next to the "
                    "original schema, and what went into argument text or was lost (-o optional)")
@@ -66,7 +58,7 @@ def jobs(args: argparse.Namespace) -> list[config.Job]:
     output = Path(os.path.normpath(args.output or "adapter.py"))
     if len(args.targets) == 1 and len(envs) <= 1:
         return [config.Job(args.targets[0], output, envs[0] if envs else None, args.class_name, args.templates,
-                           args.pin_tasks, task_tools_from=args.task_tools_from, async_tools=args.async_tools)]
+                           args.task_tools_from, args.pin_tasks, args.async_tools)]
     if output.suffix == ".py" or args.class_name:
         raise OrsgenError("with several environments, -o is a directory and --class-name cannot be used")
     if len(args.targets) > 1 and envs:
@@ -77,8 +69,8 @@ def jobs(args: argparse.Namespace) -> list[config.Job]:
     for target, env in pairs:
         source, snap = fetch(target, env, args.task_tools_from)
         name = naming.unique(naming.module_name(source.env or source.name), names, BUNDLE_NAMES)
-        found.append(config.Job(target, output / f"{name}.py", env, None, args.templates, args.pin_tasks,
-                                args.task_tools_from, args.async_tools, fetched=(source, snap)))
+        found.append(config.Job(target, output / f"{name}.py", env, None, args.templates, args.task_tools_from,
+                                args.pin_tasks, args.async_tools, fetched=(source, snap)))
     return found
 
 

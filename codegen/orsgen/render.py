@@ -69,7 +69,8 @@ def module(
 
 def bundle(members: list[tuple[str, str]], template_dir: Path | None = None) -> str:
     """The module that trains on several environments: members are (module name, adapter class) pairs."""
-    text = environment(template_dir).get_template("bundle.py.jinja").render(members=members, version=__version__)
+    template = environment(template_dir).get_template("bundle.py.jinja")
+    text = template.render(members=members, version=__version__, api=API)
     formatted = black.format_str(text, mode=MODE)
     compile(formatted, "bundle", "exec")
     return formatted

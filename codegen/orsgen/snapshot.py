@@ -7,16 +7,9 @@ import hashlib
 import json
 from typing import Any
 
+from orsgen.runtime.pinned import canonical  # the runtime compares live tools in the same form
+
 FORMAT = 1
-
-
-def canonical(node: Any, keep_order: bool = False) -> Any:
-    if isinstance(node, list):
-        return [canonical(x) for x in node]
-    if not isinstance(node, dict):
-        return node
-    keys = list(node) if keep_order else sorted(node)
-    return {k: canonical(node[k], keep_order=(k == "properties" and not keep_order)) for k in keys}
 
 
 def dumps(snap: dict[str, Any]) -> str:

@@ -198,8 +198,8 @@ class Adapter:
         for attempt in range(self.start_retries + 1):
             session = env.session(split=split, index=index, secrets=self._secrets)
             try:
-                if self._check_drift:  # once per process and server; its requests wait on this loop
-                    await asyncio.get_running_loop().run_in_executor(None, self.pinned.check_drift, env, self._url)
+                if self._check_drift:  # once per process and server
+                    await self.pinned.check_drift(env, self._url)
                 await asyncio.wait_for(session.__aenter__(), limit)
                 return session, content(await asyncio.wait_for(session.get_prompt(), limit))
             except DriftError:

@@ -36,6 +36,8 @@ def describe(exc: BaseException) -> str:
     if errors:  # MaxRetriesError: the attempts' errors, usually the same one several times
         exc = errors[-1]
     text = str(exc) or type(exc).__name__
+    if isinstance(getattr(exc, "status", None), int) and isinstance(getattr(exc, "message", None), str):
+        text = f"HTTP {exc.status}: {exc.message}"  # type: ignore[attr-defined]  # aiohttp's: without the URL
     detail = getattr(exc, "detail", None)
     if isinstance(detail, str) and getattr(exc, "reason", None):
         text = f"{exc.reason}: {detail}"  # type: ignore[attr-defined]

@@ -3,9 +3,9 @@ it once per process: the drift check, split sizes, the task order and the datase
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
-import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -40,7 +40,7 @@ class Pinned:
     default_class: str = ""
     _drift_checked: set[str] = field(default_factory=set, repr=False)
     _sizes: dict[tuple[str | None, str], int] = field(default_factory=dict, repr=False)
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _drift_lock: asyncio.Lock | None = field(default=None, repr=False)  # made on the runtime's loop
     order: Order = field(default_factory=Order, repr=False)
 
     def server(self, url: str | None) -> str | None:
@@ -50,14 +50,17 @@ class Pinned:
     def environment(self, url: str | None, api_key: str | None) -> AsyncEnvironment:
         return client.loop().environment(self.deployment, self.env, self.server(url), api_key)
 
-    def check_drift(self, env: AsyncEnvironment, url: str | None) -> None:
-        """Compare the live tool list with the snapshot, once per process and server."""
+    async def check_drift(self, env: AsyncEnvironment, url: str | None) -> None:
+        """Compare the live tool list with the snapshot, once per process and server (on the runtime's loop)."""
         where = self.server(url) or self.deployment
-        with self._lock:
+        if self._drift_lock is None:
+            self._drift_lock = asyncio.Lock()
+        async with self._drift_lock:
             if where in self._drift_checked:
                 return
+            tools = await asyncio.wait_for(env.list_tools(), client.timeout("reset"))
             live = {t.name: canonical({"description": t.description or "", "input_schema": t.input_schema,
-                                       "name": t.name}) for t in client.loop().run(env.list_tools(), "reset")}
+                                       "name": t.name}) for t in tools}
             pinned = {t["name"]: t for t in self.snapshot["tools"]}
             changes = [f"+ {n} (new on the server)" for n in live if n not in pinned]
             changes += [f"- {n} (gone from the server)" for n in pinned if n not in live]
