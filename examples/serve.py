@@ -49,18 +49,25 @@ def main(specs: list[str] | None = None) -> None:
 
 class Counting:
     """ASGI wrapper counting requests by "METHOD /path" and tracking open sessions (a 200 on /create opens one,
-    /delete closes it). `GET /_requests` returns the counts and resets them; `GET /_sessions` the open ones."""
+    /delete closes it). `GET /_requests` returns the counts and resets them; `GET /_sessions` the open ones;
+    `GET /_log` every request so far with its session and times; `GET /_creates` every `POST /create` so far, in the order they arrived: {"session": X-Session-ID, "body": the
+    JSON body (it holds "split" and "index"), "status": the response status, "arrived"/"answered": the server's
+    monotonic clock when the request came in and when its answer started}."""
 
     def __init__(self, app: Any) -> None:
         self.app = app
         self.counts: dict[str, int] = {}
         self.open: set[str] = set()
+        self.creates: list[dict[str, Any]] = []
+        self.log: list[dict[str, Any]] = []  # every request: "METHOD /path", session, arrived, answered
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        if scope["path"] in ("/_requests", "/_sessions"):
-            reply: Any = self.counts if scope["path"] == "/_requests" else sorted(self.open)
+        if scope["path"] in ("/_requests", "/_sessions", "/_creates", "/_log"):
+            reply: Any = {"/_requests": self.counts, "/_sessions": sorted(self.open), "/_creates": self.creates,
+                          "/_log": self.log}
+            reply = reply[scope["path"]]
             if scope["path"] == "/_requests":
                 self.counts = {}
             await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]})
@@ -68,16 +75,46 @@ class Counting:
         key = f"{scope['method']} {scope['path']}"
         self.counts[key] = self.counts.get(key, 0) + 1
         sid = dict(scope["headers"]).get(b"x-session-id", b"").decode()
+        logged = {"request": key, "session": sid, "arrived": time.monotonic(), "answered": None}
+        self.log.append(logged)
+        created: dict[str, Any] | None = None
+        if key == "POST /create":
+            created = {"session": sid, "body": None, "status": None, "arrived": time.monotonic(), "answered": None}
+            self.creates.append(created)  # on arrival, so the log keeps the order the requests came in
+            receive = _body_into(created, receive)
 
         async def watch(message: dict[str, Any]) -> None:
-            if message["type"] == "http.response.start" and message["status"] == 200 and sid:
-                if key == "POST /create":
-                    self.open.add(sid)
-                elif key == "POST /delete":
-                    self.open.discard(sid)
+            if message["type"] == "http.response.start":
+                logged["answered"] = time.monotonic()
+                if created is not None:
+                    created["status"], created["answered"] = message["status"], time.monotonic()
+                if message["status"] == 200 and sid:
+                    if key == "POST /create":
+                        self.open.add(sid)
+                    elif key == "POST /delete":
+                        self.open.discard(sid)
             await send(message)
 
         return await self.app(scope, receive, watch)
+
+
+def _body_into(record: dict[str, Any], receive: Any) -> Any:
+    """`receive`, also collecting the request body into record["body"] (parsed JSON, or the text if it is not)."""
+    chunks: list[bytes] = []
+
+    async def reading() -> dict[str, Any]:
+        message = await receive()
+        if message["type"] == "http.request":
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body", False):
+                raw = b"".join(chunks)
+                try:
+                    record["body"] = json.loads(raw)
+                except ValueError:
+                    record["body"] = raw.decode(errors="replace")
+        return message
+
+    return reading
 
 
 @dataclass
@@ -93,6 +130,18 @@ class Running:
     def open_sessions(self) -> list[str]:
         """Sessions created and not deleted (the server must run with ORSGEN_COUNT_REQUESTS=1)."""
         with urllib.request.urlopen(f"{self.url}/_sessions", timeout=5) as r:
+            return list(json.loads(r.read()))
+
+    def creates(self) -> list[dict[str, Any]]:
+        """Every `POST /create` the server received, in order: {"session", "body" ({"split", "index", ...}),
+        "status"} (the server must run with ORSGEN_COUNT_REQUESTS=1)."""
+        with urllib.request.urlopen(f"{self.url}/_creates", timeout=5) as r:
+            return list(json.loads(r.read()))
+
+    def log(self) -> list[dict[str, Any]]:
+        """Every request the server received, in order: {"request", "session", "arrived", "answered"} (monotonic
+        seconds; the server must run with ORSGEN_COUNT_REQUESTS=1)."""
+        with urllib.request.urlopen(f"{self.url}/_log", timeout=5) as r:
             return list(json.loads(r.read()))
 
     def kill(self) -> None:

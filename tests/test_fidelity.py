@@ -35,7 +35,7 @@ def test_report_flags_a_difference(tmp_path):
         "type": "object", "properties": {"x": {"type": "number", "enum": [0.5, 1.5]}}, "required": ["x"]}}]}
     path = tmp_path / "t.json"
     path.write_text(json.dumps(spec))
-    result = orsgen(str(path), "--report")
+    result = orsgen(str(path), "--env", "t", "--report")
     assert result.returncode == 0, result.stderr
     assert "DIFFERS x: enum [0.5, 1.5] -> None" in result.stdout and "1 differences" in result.stdout
 

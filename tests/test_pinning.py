@@ -44,8 +44,11 @@ def test_check_exit_codes_follow_the_live_server(tmp_path):
     try:
         stale = orsgen("--check", server.url, "-o", str(out))
         assert stale.returncode == 1, stale.stderr
-        assert "+ shout: added" in stale.stdout and "~ say: input_schema changed" in stale.stdout
-        assert "-            text: What to say\n" in stale.stdout  # the unified diff of the module
+        assert "+ shout: added" in stale.stdout and "~ say: argument text: description changed" in stale.stdout
+        assert f"  fix: orsgen {server.url} -o {out.as_posix()}" in stale.stdout  # the command that mends it
+        assert "-            text: What to say\n" not in stale.stdout  # the whole diff only with --diff
+        diff = orsgen("--check", "--diff", server.url, "-o", str(out))
+        assert diff.returncode == 1 and "-            text: What to say\n" in diff.stdout
         assert out.read_text() == original  # --check writes nothing
     finally:
         server.stop()

@@ -27,6 +27,7 @@ SETTINGS = settings(
     max_examples=EXAMPLES,
     deadline=None,
     database=None,
+    print_blob=True,  # a failure prints the @reproduce_failure line that replays it
     report_multiple_bugs=False,  # shrink one failure per test: each shrink step renders a whole module
     phases=[Phase.explicit, Phase.generate, Phase.shrink],
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],

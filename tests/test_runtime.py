@@ -125,32 +125,43 @@ def test_a_slow_tool_times_out(faulty, monkeypatch):
 
 def test_server_killed_mid_episode_then_restarted(tmp_path, monkeypatch):
     server = serve.start("tests.envs.faulty:Faulty")
-    port = int(server.url.rsplit(":", 1)[1])
-    out = tmp_path / "killed.py"
-    assert orsgen(server.url, "-o", str(out)).returncode == 0
-    mod = load(out)
-    monkeypatch.setenv("ORSGEN_TOOL_TIMEOUT", "5")
-    monkeypatch.setenv("ORSGEN_RESET_TIMEOUT", "5")
-
-    class Strict(mod.Faulty):
-        start_retries, start_failures = 0, "raise"
-
-    env = Strict()
-    env.reset(task_index=0)
-    server.kill()
-    started = time.monotonic()
-    with pytest.raises(mod.ToolError):
-        env.slow(seconds=0)
-    with pytest.raises(mod.runtime.StartError, match="task 1 of split 'train' could not start"):
-        env.reset(task_index=1)
-    assert time.monotonic() - started < 15  # bounded by the documented timeouts, not the SDK's retries
-    server = serve.start("tests.envs.faulty:Faulty", port=port)
     try:
+        port = int(server.url.rsplit(":", 1)[1])
+        out = tmp_path / "killed.py"
+        assert orsgen(server.url, "-o", str(out)).returncode == 0
+        mod = load(out)
+        monkeypatch.setenv("ORSGEN_TOOL_TIMEOUT", "5")
+        monkeypatch.setenv("ORSGEN_RESET_TIMEOUT", "5")
+
+        class Strict(mod.Faulty):
+            start_retries, start_failures = 0, "raise"
+
+        env = Strict()
+        env.reset(task_index=0)
+        server.kill()
+        started = time.monotonic()
+        with pytest.raises(mod.ToolError):
+            env.slow(seconds=0)
+        with pytest.raises(mod.runtime.StartError, match="task 1 of split 'train' could not start"):
+            env.reset(task_index=1)
+        assert time.monotonic() - started < 15  # bounded by the documented timeouts, not the SDK's retries
+        server = serve.start("tests.envs.faulty:Faulty", port=port)
         assert env.reset(task_index=2) == "faulty task 2"
         assert env.slow(seconds=0) == "slept 0.0"
         mod.close_all()
     finally:
-        server.stop()
+        server.stop()  # whichever server is current, on failure too
+
+
+def test_validation_errors_reach_the_model_as_one_sentence_per_field(faulty):
+    _, mod, _ = faulty
+    env = mod.Faulty()
+    env.reset(task_index=0)
+    with pytest.raises(mod.ToolError) as failed:
+        env.slow(seconds="not a number")
+    assert str(failed.value) == "slow: invalid arguments: seconds: Input should be a valid number, unable to parse " \
+                                "string as a number"
+    mod.close_all()
 
 
 def test_async_tools_overlap(faulty, tmp_path):

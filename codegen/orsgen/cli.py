@@ -11,36 +11,45 @@ import os
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from orsgen import __version__, config, model, pin, pipeline, report, write
 from orsgen.errors import OrsgenError
 from orsgen.model import naming
-from orsgen.render import bundle as render_bundle
 from orsgen.source import Source, fetch
 from orsgen.source import tasks as fetch_tasks
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line on stderr (exit 2), like every other orsgen error."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"orsgen: error: {message} (orsgen --help lists the options)\n")
+
+
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="orsgen",
         allow_abbrev=False,
+        formatter_class=lambda prog: argparse.HelpFormatter(prog, max_help_position=28, width=110),
         description="Generate a typed Python adapter module for an ORS environment, for TRL's GRPOTrainer. "
-        "With no TARGET, every target in [tool.orsgen] of ./pyproject.toml.",
+        "With no TARGET: every [tool.orsgen] target of the nearest pyproject.toml.",
     )
     p.add_argument(
         "targets",
         metavar="TARGET",
         nargs="*",
-        help="server URL, catalog name owner/name, a /tools JSON file, or an orsgen module (its embedded snapshot); "
-        "with several (or several --env), -o is a directory: one module each plus bundle.py for training on all",
+        help="server URL, catalog owner/name, /tools JSON file, or orsgen module (its snapshot); with several "
+        "(or several --env), -o is a folder: one module each plus bundle.py",
     )
-    p.add_argument("-o", "--output", type=Path, help="the module to write (e.g. generated/env.py), or a directory")
+    p.add_argument("-o", "--output", type=Path, metavar="FILE", help="the module to write, or a folder")
     config.add_arguments(p)
     p.add_argument("--check", action="store_true", help="write nothing; exit 1 if the output is not up to date")
-    p.add_argument("--report", action="store_true", help="print what the model will see of each tool next to the "
-                   "original schema, and what went into argument text or was lost (-o optional)")
-    p.add_argument("--config", type=Path, default=Path("pyproject.toml"), help=argparse.SUPPRESS)
+    p.add_argument("--diff", action="store_true", help="with --check: print the whole unified diff too")
+    p.add_argument("--report", action="store_true", help="what the model sees of each tool and argument, what went "
+                   "into text, what was lost (-o optional)")
+    p.add_argument("--format", choices=("text", "markdown"), default="text", help="--report as text or markdown")
+    p.add_argument("--config", type=Path, default=None, help=argparse.SUPPRESS)
     p.add_argument("--version", action="version", version=f"orsgen {__version__}")
     return p
 
@@ -50,7 +59,7 @@ def jobs(args: argparse.Namespace) -> list[config.Job]:
     if not args.targets:
         if args.output or envs or args.class_name:
             raise OrsgenError("-o, --env and --class-name go with a TARGET")
-        listed = config.load(args.config)
+        listed = config.load(args.config or config.find(Path.cwd()))
         return [replace(j, templates=args.templates or j.templates, pin_tasks=args.pin_tasks or j.pin_tasks,
                         async_tools=args.async_tools or j.async_tools) for j in listed]
     if args.output is None and not args.report:
@@ -64,80 +73,164 @@ def jobs(args: argparse.Namespace) -> list[config.Job]:
     if len(args.targets) > 1 and envs:
         raise OrsgenError("--env picks environments of one TARGET; give either several TARGETs or several --env")
     pairs = [(args.targets[0], e) for e in envs] if envs else [(t, None) for t in args.targets]
+    twice = sorted({p for p in pairs if pairs.count(p) > 1}, key=str)
+    if twice:
+        raise OrsgenError(f"environment {twice[0][1] or twice[0][0]} is given twice")
     found: list[config.Job] = []
     names: set[str] = set()
     for target, env in pairs:
-        source, snap = fetch(target, env, args.task_tools_from)
+        if target.endswith(".py") and Path(target).is_file():  # an orsgen module: its embedded snapshot, offline
+            embedded = pin.read(Path(target))
+            source, snap = embedded.source, embedded.snapshot
+        else:
+            source, snap = fetch(target, env, args.task_tools_from, require_task_tools=False)
         name = naming.unique(naming.module_name(source.env or source.name), names, BUNDLE_NAMES)
+        if any(job.fetched[0] == source for job in found):
+            raise OrsgenError(f"environment {source.env or source.deployment} of {target} is given twice")
         found.append(config.Job(target, output / f"{name}.py", env, None, args.templates, args.task_tools_from,
                                 args.pin_tasks, args.async_tools, fetched=(source, snap)))
     return found
 
 
+def validate(job: config.Job) -> None:
+    """Input that cannot be right, refused before any request."""
+    if job.output.suffix == ".py" and not job.output.stem.isidentifier():
+        fix = naming.identifier(job.output.stem, fallback="adapter")
+        raise OrsgenError(f"{job.output}: {job.output.stem!r} is not an importable module name (use {fix}.py)")
+    if job.templates is not None:
+        pipeline.check_templates(job.templates)
+
+
 def render(job: config.Job) -> tuple[str, model.Adapter, dict[str, Any], Source]:
     """(module text, adapter model) for a job; a `.py` target is regenerated from its embedded snapshot, offline."""
-    async_tools = job.async_tools
+    async_tools, templates = job.async_tools, job.templates
     if job.fetched is not None:
         (source, snap), class_name, command = job.fetched, None, job.command()
     elif job.target.endswith(".py"):
         pinned = pin.read(Path(job.target))
-        source, snap, class_name, command = pinned.source, pinned.snapshot, pinned.class_name, pinned.command
+        source, snap, class_name = pinned.source, pinned.snapshot, pinned.class_name
+        recorded = pin.option(pinned.command, "--templates")
+        if templates is None and recorded is not None:
+            templates = Path(recorded)
+            if not templates.is_dir():
+                raise OrsgenError(f"{job.target} was made with --templates {recorded}, not found here: pass --templates DIR")
+        command = pin.retarget(pinned.command, job.output, templates=templates, class_name=job.class_name)
         async_tools = async_tools or pinned.async_tools
     else:
         source, snap = fetch(job.target, job.env, job.task_tools_from)
         class_name, command = job.class_name, job.command()
+    if job.root is not None:  # as the pyproject names it, whatever folder orsgen runs in
+        source = replace(source, target=job._shown(job.target))
     text, adapter = pipeline.build(
         source,
         snap,
         class_name=job.class_name or class_name,
         command=command,
-        module_name=_module_name(job.output),
-        template_dir=job.templates,
+        module_name=_module_name(job.output if job.root is None else Path(os.path.relpath(job.output, job.root))),
+        template_dir=templates,
         async_tools=async_tools,
     )
     return text, adapter, snap, source
 
 
-def pin_tasks(job: config.Job, source: Source, snap: dict[str, Any]) -> None:
+def tasks_path(output: Path) -> Path:
+    return output.with_name(output.stem + ".tasks.json")
+
+
+def pinned_tasks(job: config.Job, source: Source, snap: dict[str, Any]) -> str:
+    """The task list --pin-tasks writes beside the module, as text."""
     if source.url is None and "/" not in source.deployment:
         raise OrsgenError(f"--pin-tasks needs a server or catalog TARGET, not {job.target}")
     splits = [s if isinstance(s, str) else s.get("name") for s in snap.get("splits") or [source.split]]
     pinned = fetch_tasks(source, [s for s in splits if isinstance(s, str)])
-    path = job.output.with_name(job.output.stem + ".tasks.json")
-    write.atomic(path, json.dumps(pinned, ensure_ascii=False, indent=1, sort_keys=True) + "\n")
-    print(f"wrote {path}: " + ", ".join(f"{len(v)} {k} tasks" for k, v in pinned["splits"].items()))
+    return json.dumps(pinned, ensure_ascii=False, indent=1, sort_keys=True) + "\n"
 
 
-def check(output: Path, text: str, pinned: bool = True) -> int:
+def check(output: Path, text: str, show_diff: bool, pinned: bool = True) -> int:
     if not output.is_file():
         raise OrsgenError(f"cannot check {output}: no such file")
     old = output.read_text(encoding="utf-8")
     if old == text:
         print(f"{output}: up to date")
         return 0
+    builds = [_build_line(old), _build_line(text)]
+    if builds[0] != builds[1] and old == text.replace(builds[1], builds[0], 1):
+        print(f"{output}: up to date, but the server's build changed ({builds[0]} -> {builds[1]}): the tools are the "
+              "same, tasks, prompts or rewards may not be; regenerate to pin the new build")
+        return 0
     changes = pin.tool_changes(pin.read(output).snapshot, pin.read_text(text).snapshot) if pinned else []
     print(f"{output}: stale")  # (pin.read above: not an orsgen module means it cannot be checked, exit 2)
-    for line in changes:
+    for line in changes or ["the generated code differs (a new orsgen, templates or options)"]:
         print(f"  {line}")
-    path = output.as_posix()
-    sys.stdout.writelines(difflib.unified_diff(old.splitlines(True), text.splitlines(True), path, f"{path} (new)"))
+    fix = text.splitlines()[1].removeprefix("#").strip() if pinned else "the command that wrote this directory"
+    print(f"  fix: {fix}" + ("" if show_diff else "   (--diff shows the whole difference)"))
+    if show_diff:
+        path = output.as_posix()
+        sys.stdout.writelines(difflib.unified_diff(old.splitlines(True), text.splitlines(True), path, f"{path} (new)"))
     return 1
+
+
+def _build_line(text: str) -> str:
+    return next((line for line in text.splitlines() if line.startswith("BUILD_SHA")), "")
+
+
+def check_tasks(path: Path, text: str) -> int:
+    """--check of a pinned task list: the first task that differs, per split."""
+    if not path.is_file():
+        raise OrsgenError(f"cannot check {path}: no such file (write it with --pin-tasks)")
+    old, new = json.loads(path.read_text(encoding="utf-8")), json.loads(text)
+    if old == new:
+        print(f"{path}: up to date")
+        return 0
+    print(f"{path}: stale")
+    before, after = old.get("splits", {}), new.get("splits", {})
+    for split in sorted(set(before) | set(after)):
+        a, b = before.get(split, []), after.get(split, [])
+        if a != b:
+            first = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+            print(f"  split {split!r}: task {first} differs ({len(a)} tasks pinned, {len(b)} on the server)")
+    return 1
+
+
+def emit(path: Path, text: str, what: str) -> None:
+    """Write `text` to `path` unless it already holds it: an unchanged file is not rewritten."""
+    if path.is_file() and path.read_text(encoding="utf-8") == text:
+        print(f"{path}: unchanged")
+        return
+    write.atomic(path, text)
+    print(f"wrote {path}: {what}")
+
+
+def summary(adapter: model.Adapter) -> str:
+    names = ", ".join(t.wire_name for t in adapter.tools)
+    text = f"class {adapter.class_name}, {len(adapter.tools)} tools ({names})"
+    for variant in adapter.variants:
+        extra = ", ".join(t.wire_name for t in variant.tools)
+        text += f"; class {variant.class_name} adds {extra} for tasks {_ranges(variant.tasks)}"
+    if adapter.terminal_tool:
+        text += f"; terminal tool {adapter.terminal_tool.get('name')} (terminal_reward)"
+    return text
+
+
+def _ranges(indices: list[int]) -> str:
+    shown = ", ".join(str(i) for i in indices[:8])
+    return shown + (f", ... ({len(indices)} tasks)" if len(indices) > 8 else "")
 
 
 BUNDLE_NAMES = frozenset({"bundle"})
 
 
-def write_bundle(directory: Path, members: list[tuple[str, str]], check_only: bool, templates: Path | None) -> int:
+def write_bundle(directory: Path, members: list[tuple[str, str]], args: argparse.Namespace,
+                 templates: Path | None) -> int:
     """bundle.py: every environment's adapter as TRL's dict environment_factory, and one mixed dataset."""
     path = directory / "bundle.py"
-    text = render_bundle(members, templates)
-    if check_only:
-        return check(path, text, pinned=False)
-    write.atomic(path, text)
+    text = pipeline.bundle(members, templates)
+    if args.check:
+        return check(path, text, args.diff, pinned=False)
+    emit(path, text, f"environments {', '.join(name for name, _ in members)}")
     package = directory / "__init__.py"
     if not package.exists():  # a package, so that bundle.py's relative imports resolve (and type checkers follow)
         write.atomic(package, "")
-    print(f"wrote {path}: environments {', '.join(name for name, _ in members)}")
     return 0
 
 
@@ -146,32 +239,56 @@ def _module_name(output: Path) -> str:
     return ".".join(parts) if not output.is_absolute() and all(p.isidentifier() for p in parts) else output.stem
 
 
+def run(job: config.Job, args: argparse.Namespace) -> tuple[int, model.Adapter | None]:
+    """Generate, check or report one job: (exit status, its adapter if it belongs in a bundle)."""
+    validate(job)
+    text, adapter, snap, source = render(job)
+    for warning in adapter.warnings():
+        print(f"orsgen: warning: {warning}", file=sys.stderr)
+    if args.report:
+        print(report.render(text, adapter, snap, fmt=args.format)[0], end="")
+        if args.output is None and args.targets:
+            return 0, None
+    if args.check:
+        status = check(job.output, text, args.diff)
+        if job.pin_tasks:
+            status = max(status, check_tasks(tasks_path(job.output), pinned_tasks(job, source, snap)))
+        return status, adapter
+    emit(job.output, text, summary(adapter))
+    if job.pin_tasks:
+        tasks = pinned_tasks(job, source, snap)
+        emit(tasks_path(job.output), tasks,
+             ", ".join(f"{len(v)} {k} tasks" for k, v in json.loads(tasks)["splits"].items()))
+    return 0, adapter
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    status = 0
     try:
         todo = jobs(args)
-        members = []
-        for job in todo:
-            text, adapter, snap, source = render(job)
-            for warning in adapter.warnings():
-                print(f"orsgen: warning: {warning}", file=sys.stderr)
-            if args.report:
-                print(report.render(text, adapter, snap)[0], end="")
-                if args.output is None and args.targets:
-                    continue
-            members.append((job.output.stem, adapter.class_name))
-            if args.check:
-                status = max(status, check(job.output, text))
-            else:
-                write.atomic(job.output, text)
-                names = ", ".join(t.wire_name for t in adapter.tools)
-                print(f"wrote {job.output}: class {adapter.class_name}, {len(adapter.tools)} tools ({names})")
-                if job.pin_tasks:
-                    pin_tasks(job, source, snap)
-        if any(job.fetched is not None for job in todo):
-            status = max(status, write_bundle(todo[0].output.parent, members, args.check, todo[0].templates))
     except OrsgenError as exc:
         print(f"orsgen: error: {exc}", file=sys.stderr)
+        return 2
+    status, members, failed = 0, [], []
+    for job in todo:
+        try:
+            done, adapter = run(job, args)
+        except OrsgenError as exc:  # the other targets are still generated or checked
+            print(f"orsgen: error: {job.output}: {exc}" if len(todo) > 1 else f"orsgen: error: {exc}", file=sys.stderr)
+            failed.append(job.output.as_posix())
+            continue
+        status = max(status, done)
+        if adapter is not None:
+            members.append((job.output.stem, adapter.class_name))
+    try:
+        if any(job.fetched is not None for job in todo) and not failed:
+            status = max(status, write_bundle(todo[0].output.parent, members, args, todo[0].templates))
+    except OrsgenError as exc:
+        print(f"orsgen: error: {exc}", file=sys.stderr)
+        return 2
+    if failed:
+        if len(todo) > 1:
+            print(f"orsgen: error: could not {'check' if args.check else 'generate'} {', '.join(failed)}",
+                  file=sys.stderr)
         return 2
     return status

@@ -13,6 +13,8 @@
 """
 
 import argparse
+import os
+import shlex
 import tomllib
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -42,14 +44,13 @@ class Option:
 # The options a target may set, in the order the header's regenerate command writes them. (--env may be repeated on
 # the command line, for several environments of one server: see cli.)
 OPTIONS = (
-    Option("env", str, "environment of a multi-environment server (default: the first); repeat it for several"),
-    Option("class-name", str, "adapter class name (default: the environment's name in PascalCase)"),
-    Option("templates", Path, "directory of templates that shadow the built-in ones, by file"),
-    Option("task-tools-from", str, "also read the tools these tasks advertise in a session (0,1,5 | 0-9 | all): "
-           "each distinct set of task-specific tools gets its own adapter class", "TASKS"),
-    Option("pin-tasks", bool, "also write every split's tasks next to the module (FILE.tasks.json): dataset() then "
-           "needs no network and is reproducible"),
-    Option("async-tools", bool, "tool methods as `async def`: TRL runs the calls of one message concurrently"),
+    Option("env", str, "environment of a multi-environment server (default: the first); repeatable", "NAME"),
+    Option("class-name", str, "adapter class name (default: the environment's name in PascalCase)", "NAME"),
+    Option("templates", Path, "folder of templates that shadow the built-in ones, by file name", "DIR"),
+    Option("task-tools-from", str, "read the tools these tasks advertise (0,1,5 | 0-9 | all): one class per set",
+           "TASKS"),
+    Option("pin-tasks", bool, "also write the splits' tasks to FILE.tasks.json: sessions open on them"),
+    Option("async-tools", bool, "tool methods as `async def` (TRL runs one message's calls concurrently)"),
 )
 KEYS = {"target", "output"} | {o.name for o in OPTIONS}
 
@@ -59,7 +60,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         if option.kind is bool:
             parser.add_argument(option.flag, action="store_true", help=option.help)
         elif option.name == "env":
-            parser.add_argument(option.flag, action="append", help=option.help)
+            parser.add_argument(option.flag, action="append", metavar=option.metavar, help=option.help)
         else:
             parser.add_argument(option.flag, type=option.kind, metavar=option.metavar, help=option.help)
 
@@ -75,20 +76,37 @@ class Job:
     pin_tasks: bool = False
     async_tools: bool = False
     fetched: Any = None  # (Source, snapshot) when already fetched (several environments into one directory)
+    root: Path | None = None  # the folder of the pyproject.toml that listed it: the header's paths are relative to it
 
     def command(self) -> str:
         """The command line that regenerates this output (written into its header): every option that made it."""
-        words = ["orsgen", self.target]
+        words = ["orsgen", self._shown(self.target)]
         for option in OPTIONS:
             value = getattr(self, option.field)
             if option.kind is bool:
                 words += [option.flag] if value else []
             elif value is not None:
-                words += [option.flag, value.as_posix() if isinstance(value, Path) else str(value)]
-        return " ".join([*words, "-o", self.output.as_posix()])
+                words += [option.flag, self._shown(value) if isinstance(value, Path) else str(value)]
+        return shlex.join([*words, "-o", self._shown(self.output)])  # quoted: a path may hold a space
+
+    def _shown(self, path: str | Path) -> str:
+        """A path as the header writes it: relative to the pyproject.toml's folder, so --check agrees from any
+        folder."""
+        if self.root is None or (isinstance(path, str) and not Path(path).exists()):
+            return path if isinstance(path, str) else path.as_posix()
+        return Path(os.path.relpath(path, self.root)).as_posix()
 
 
 assert {o.field for o in OPTIONS} <= {f.name for f in fields(Job)}
+
+
+def find(start: Path) -> Path:
+    """The nearest pyproject.toml with a [tool.orsgen] table, in `start` or a parent folder (as ruff and black do)."""
+    for folder in [start, *start.parents]:
+        candidate = folder / "pyproject.toml"
+        if candidate.is_file() and "[tool.orsgen" in candidate.read_text(encoding="utf-8", errors="replace"):
+            return candidate
+    return start / "pyproject.toml"
 
 
 def load(pyproject: Path) -> list[Job]:
@@ -102,7 +120,7 @@ def load(pyproject: Path) -> list[Job]:
     targets = section.get("targets")
     if not isinstance(targets, dict) or not targets:
         raise OrsgenError(f"no TARGET given and {pyproject} has no [tool.orsgen.targets.NAME] tables")
-    base = pyproject.parent
+    base = Path(os.path.relpath(pyproject.parent.resolve(), Path.cwd().resolve()))  # "." when run beside it
     shared = section.get("templates")
     return [_job(name, spec, base, shared, pyproject) for name, spec in targets.items()]
 
@@ -117,7 +135,6 @@ def _job(name: str, spec: Any, base: Path, shared: Any, pyproject: Path) -> Job:
     target = spec["target"]
     if not target.startswith(("http://", "https://")) and (base / target).exists():
         target = str(base / target)
-    here = base.samefile(Path.cwd())
     values: dict[str, Any] = {}
     for option in OPTIONS:
         value = spec.get(option.name, shared if option.name == "templates" else None)
@@ -126,7 +143,7 @@ def _job(name: str, spec: Any, base: Path, shared: Any, pyproject: Path) -> Job:
         if option.kind is bool:
             values[option.field] = bool(value)
         elif option.kind is Path:
-            values[option.field] = Path(value) if here else base / value
+            values[option.field] = base / value
         else:
             values[option.field] = str(value)
-    return Job(target=target, output=Path(spec["output"]) if here else base / spec["output"], **values)
+    return Job(target=target, output=base / spec["output"], root=base, **values)

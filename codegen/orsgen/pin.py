@@ -3,6 +3,7 @@
 import ast
 import contextlib
 import json
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -62,8 +63,32 @@ def read_text(text: str, path: str = "<module>") -> Pinned:
         env=values["ENV"],
         name=class_name,
         split=values["SPLIT"],
+        build=values.get("BUILD_SHA"),
     )
     return Pinned(source, values["SNAPSHOT"], class_name, command, bool(values.get("ASYNC_TOOLS", False)))
+
+
+def option(command: str, flag: str) -> str | None:
+    """The value of `flag` in a header's regenerate command, if it has one."""
+    words = shlex.split(command)
+    return words[words.index(flag) + 1] if flag in words[:-1] else None
+
+
+def retarget(command: str, output: Path, templates: Path | None = None, class_name: str | None = None) -> str:
+    """A module's regenerate command, writing to `output` instead (regenerating from its snapshot elsewhere), with
+    the --templates and --class-name that this regeneration used."""
+    words = shlex.split(command)
+    if len(words) < 2 or words[-2] != "-o":
+        return command
+    words = words[:-2]
+    for flag, value in (("--templates", templates.as_posix() if templates else None), ("--class-name", class_name)):
+        if value is None:
+            continue
+        if flag in words[:-1]:
+            words[words.index(flag) + 1] = value
+        else:
+            words += [flag, value]
+    return shlex.join([*words, "-o", output.as_posix()])
 
 
 def _is_adapter(base: ast.expr) -> bool:
@@ -74,7 +99,7 @@ def _is_adapter(base: ast.expr) -> bool:
 
 
 def tool_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
-    """Lines like `+ tool added`, `- tool removed`, `~ tool changed (input_schema)`."""
+    """Lines like `+ tool: added`, `- tool: removed`, `~ tool: argument path: type changed`, per argument."""
     before = {t["name"]: t for t in old.get("tools", []) if isinstance(t, dict)}
     after = {t["name"]: t for t in new.get("tools", []) if isinstance(t, dict)}
     lines = [f"+ {name}: added" for name in after if name not in before]
@@ -82,9 +107,35 @@ def tool_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     for name, tool in after.items():
         old_tool = before.get(name)
         if old_tool is not None and old_tool != tool:
-            keys = sorted(k for k in set(old_tool) | set(tool) if old_tool.get(k) != tool.get(k))
-            lines.append(f"~ {name}: {', '.join(keys)} changed")
+            lines += [f"~ {name}: {change}" for change in _tool_changes(old_tool, tool)]
     for key in sorted(set(old) | set(new)):
         if key != "tools" and old.get(key) != new.get(key):
-            lines.append(f"~ {key}: {json.dumps(old.get(key))} -> {json.dumps(new.get(key))}")
+            lines.append(f"~ {key}: {_short(old.get(key))} -> {_short(new.get(key))}")
     return lines
+
+
+def _tool_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    found = ["description changed"] if old.get("description") != new.get("description") else []
+    a, b = old.get("input_schema") or {}, new.get("input_schema") or {}
+    props_a, props_b = a.get("properties") or {}, b.get("properties") or {}
+    found += [f"argument {n} added" for n in props_b if n not in props_a]
+    found += [f"argument {n} removed" for n in props_a if n not in props_b]
+    for n in props_b:
+        if n in props_a and props_a[n] != props_b[n]:
+            keys = sorted(k for k in set(props_a[n]) | set(props_b[n]) if props_a[n].get(k) != props_b[n].get(k))
+            found.append(f"argument {n}: {', '.join(keys)} changed")
+    req_a, req_b = set(a.get("required") or []), set(b.get("required") or [])
+    found += [f"argument {n} now required" for n in sorted(req_b - req_a) if n in props_a]
+    found += [f"argument {n} now optional" for n in sorted(req_a - req_b) if n in props_b]
+    if list(props_a) != list(props_b) and set(props_a) == set(props_b):
+        found.append("argument order changed")
+    rest = sorted(k for k in set(a) | set(b) if k not in ("properties", "required") and a.get(k) != b.get(k))
+    found += [f"schema {k} changed" for k in rest]
+    found += [f"{k} changed" for k in sorted(set(old) | set(new)) if k not in ("description", "input_schema", "name")
+              and old.get(k) != new.get(k)]
+    return found or ["changed"]
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= 80 else text[:77] + "..."

@@ -5,18 +5,19 @@ import os
 import re
 import urllib.error
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from orsgen import normalize, snapshot
 from orsgen.errors import OrsgenError
+from orsgen.runtime.client import describe
 
 CATALOG = re.compile(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+")
 TIMEOUT = 10.0
 
 
-@dataclass
+@dataclass(frozen=True)
 class Source:
     """Where an adapter's environment lives, as pinned in the generated module."""
 
@@ -26,20 +27,22 @@ class Source:
     env: str | None  # the env's path segment on the server (the SDK `variant`)
     name: str  # used for the class name
     split: str  # default split
+    build: str | None = None  # the server's build (GET /version `build_sha`), on servers that report one
 
 
-def fetch(target: str, env: str | None = None, task_tools_from: str | None = None) -> tuple[Source, dict[str, Any]]:
+def fetch(target: str, env: str | None = None, task_tools_from: str | None = None,
+          require_task_tools: bool = True) -> tuple[Source, dict[str, Any]]:
     """(source, snapshot) for a TARGET: a URL, `owner/name`, or a JSON file. `task_tools_from` names the tasks
     ("0,1,5", "0-9", "all") whose session tool lists (`/task_tools`) are read for task-specific tools."""
     if re.match(r"https?://", target):
-        return _from_url(target.rstrip("/"), env, task_tools_from)
+        return _from_url(target.rstrip("/"), env, task_tools_from, require_task_tools)
     path = Path(target)
     if path.suffix == ".json" or path.exists():
         if task_tools_from:
             raise OrsgenError("--task-tools-from needs a server or catalog TARGET (task tools need live sessions)")
         return _from_file(target, path, env)
     if CATALOG.fullmatch(target):
-        return _from_catalog(target, env, task_tools_from)
+        return _from_catalog(target, env, task_tools_from, require_task_tools)
     raise OrsgenError(f"TARGET {target!r} is not a URL, an owner/name catalog name or an existing JSON file")
 
 
@@ -53,29 +56,36 @@ def _from_file(target: str, path: Path, env: str | None) -> tuple[Source, dict[s
     except json.JSONDecodeError as exc:
         raise OrsgenError(f"{target}: not valid JSON: {exc}") from None
     tools, rest = normalize.tool_list(data, target)
-    name = env or (rest.get("env") if isinstance(rest.get("env"), str) else None) or path.stem
-    extra: dict[str, Any] = {k: rest[k] for k in ("terminal_tool", "splits") if k in rest}
+    name = env or (rest.get("env") if isinstance(rest.get("env"), str) else None)
+    if not name:  # the module pins it: a guess from the file name would send every request to the wrong path
+        raise OrsgenError(f"{target} does not name its environment: pass --env NAME (its name on the server)")
+    extra: dict[str, Any] = {k: rest[k] for k in ("terminal_tool", "splits", "task_tools") if k in rest}
+    if "task_tools" in extra and not isinstance(extra["task_tools"], dict):
+        raise OrsgenError(f"{target}: 'task_tools' must be an object (the shape of an orsgen snapshot's)")
     split = _default_split(extra.get("splits"))
     source = Source(target=target, url=None, deployment=name, env=env or rest.get("env") or name, name=name, split=split)
     return source, _snap(source.env, tools, extra)
 
 
-def _from_url(url: str, env: str | None, task_tools_from: str | None) -> tuple[Source, dict[str, Any]]:
+def _from_url(url: str, env: str | None, task_tools_from: str | None,
+              require_task_tools: bool = True) -> tuple[Source, dict[str, Any]]:
     envs = _get_json(f"{url}/list_environments", {})
     if not isinstance(envs, list) or not envs or not all(isinstance(e, str) for e in envs):
         raise OrsgenError(f"{url}/list_environments did not return a list of environment names")
     chosen = _choose(envs, env, url)
-    source = Source(target=url, url=url, deployment=chosen, env=chosen, name=chosen, split="train")
-    return _with_tools(source, os.environ.get("OPENREWARD_API_KEY", ""), task_tools_from)
+    build = _build(url, {})
+    source = Source(target=url, url=url, deployment=chosen, env=chosen, name=chosen, split="train", build=build)
+    return _with_tools(source, os.environ.get("OPENREWARD_API_KEY", ""), task_tools_from, require_task_tools)
 
 
-def _from_catalog(name: str, env: str | None, task_tools_from: str | None) -> tuple[Source, dict[str, Any]]:
+def _from_catalog(name: str, env: str | None, task_tools_from: str | None,
+                  require_task_tools: bool = True) -> tuple[Source, dict[str, Any]]:
     api_key = os.environ.get("OPENREWARD_API_KEY", "")
     if not api_key:
         raise OrsgenError(f"{name} is a catalog name: set OPENREWARD_API_KEY (it is used, never stored)")
-    if env is None:
-        from openreward import OpenReward
+    from openreward import OpenReward
 
+    if env is None:
         session_url = OpenReward(api_key=api_key).session_base_url.rstrip("/")
         headers = {"X-Deployment": name, "X-API-Key": api_key}
         try:
@@ -83,11 +93,14 @@ def _from_catalog(name: str, env: str | None, task_tools_from: str | None) -> tu
             env = envs[0] if isinstance(envs, list) and envs and isinstance(envs[0], str) else None
         except OrsgenError:
             env = None  # the platform routes by deployment; the SDK then uses bare paths
-    source = Source(target=name, url=None, deployment=name, env=env, name=name.split("/", 1)[1], split="train")
-    return _with_tools(source, api_key, task_tools_from)
+    build = _build(OpenReward(api_key=api_key).session_base_url.rstrip("/"), {"X-Deployment": name, "X-API-Key": api_key})
+    source = Source(target=name, url=None, deployment=name, env=env, name=name.split("/", 1)[1], split="train",
+                    build=build)
+    return _with_tools(source, api_key, task_tools_from, require_task_tools)
 
 
-def _with_tools(source: Source, api_key: str, task_tools_from: str | None) -> tuple[Source, dict[str, Any]]:
+def _with_tools(source: Source, api_key: str, task_tools_from: str | None,
+                require_task_tools: bool = True) -> tuple[Source, dict[str, Any]]:
     from openreward import OpenReward
 
     client = OpenReward(api_key=api_key)
@@ -96,9 +109,14 @@ def _with_tools(source: Source, api_key: str, task_tools_from: str | None) -> tu
         # The raw /tools body: the SDK's ToolSpec list drops terminal_tool, its provider formats are lossy.
         response = handle._run(handle._async._tools_response())
         splits = handle.list_splits()
-        source.split = _default_split(splits)
+        source = replace(source, split=_default_split(splits))
         tools, rest = normalize.tool_list(response, source.target)
         per_task = _task_tools(handle, source.split, task_tools_from, tools) if task_tools_from else None
+        if per_task is not None and not per_task["tools"] and not per_task["conflicts"]:
+            if require_task_tools:
+                raise OrsgenError(f"--task-tools-from {task_tools_from}: no task of {source.env or source.deployment} "
+                                  "advertises tools beyond the shared ones; drop the option")
+            per_task = None  # one environment of several: it simply has none
     except OrsgenError:
         raise
     except Exception as exc:  # noqa: BLE001 - the SDK raises many transport types; the user needs one line
@@ -190,6 +208,16 @@ def _default_split(splits: Any) -> str:
     return "train" if "train" in names or not names else str(names[0])
 
 
+def _build(server: str, headers: dict[str, str]) -> str | None:
+    """The server's build id, where it reports one (`OPENREWARD_BUILD_SHA` on the server): None otherwise."""
+    try:
+        found = _get_json(f"{server}/version", headers)
+    except OrsgenError:
+        return None
+    sha = found.get("build_sha") if isinstance(found, dict) else None
+    return sha if isinstance(sha, str) and sha else None
+
+
 def _get_json(url: str, headers: dict[str, str]) -> Any:
     request = urllib.request.Request(url, headers={"Accept": "application/json", **headers})
     try:
@@ -205,7 +233,7 @@ def _get_json(url: str, headers: dict[str, str]) -> Any:
 
 
 def _safe(exc: Exception) -> str:
-    """An exception as one line, with any API key removed."""
-    text = " ".join(f"{type(exc).__name__}: {exc}".split())
+    """An exception as one line (a retry chain: its last error, once), with any API key removed."""
+    text = describe(exc)
     key = os.environ.get("OPENREWARD_API_KEY")
     return text.replace(key, "***") if key else text

@@ -41,7 +41,9 @@ def main(module_path: str, out_dir: str) -> None:
     trainer.train()
     module.close_all()
     rank = int(os.environ.get("RANK", "0"))
-    live = [a for a in list(module._live) if a._session is not None]
+    from orsgen.runtime import adapter
+
+    live = [a for a in list(adapter._live) if a._session is not None or a._opening is not None]
     print(json.dumps({"rank": rank, "tool_calls": len(env_class.calls), "open_sessions": len(live),
                       "steps": trainer.state.global_step}), flush=True)
 

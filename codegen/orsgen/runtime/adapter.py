@@ -6,6 +6,7 @@ class to the model as a tool, so everything else here starts with ``_``.
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import concurrent.futures
 import contextlib
@@ -38,7 +39,7 @@ class _Unset:
 
 UNSET: Any = _Unset()
 _live: weakref.WeakSet[Adapter] = weakref.WeakSet()
-_failures = {"in_a_row": 0}  # episodes that could not start, one after another, in this process
+_failures: dict[str, Any] = {"in_a_row": 0, "last": None}  # episodes that could not start, one after another
 _failures_lock = threading.Lock()
 
 
@@ -47,13 +48,17 @@ def close_all() -> None:
     GRPOTrainer never closes its environments: this also runs at exit, and garbage collection closes too."""
     for adapter in list(_live):
         adapter._close()
+    for pinned in {id(a.pinned): a.pinned for a in list(_live)}.values():
+        for left in pinned.ahead.drain():
+            left.add_done_callback(_close_when_open)
     running = client._loop
     if running is not None and not running.stopped:
         concurrent.futures.wait(list(running.closing), timeout=client.timeout("close"))
 
 
 def _exit_closers() -> list[Coroutine[Any, Any, None]]:
-    closers = []
+    closers = [_end(None, left) for pinned in {id(a.pinned): a.pinned for a in list(_live)}.values()
+               for left in pinned.ahead.drain()]
     for adapter in list(_live):
         session, opening = adapter._session, adapter._opening
         adapter._session = adapter._opening = None
@@ -91,7 +96,8 @@ class Adapter:
     unscored_reward: ClassVar[float | None] = None  # what get_reward() gives an episode no tool scored
     start_failures: ClassVar[str] = "skip"  # "skip": an episode that cannot start is unscored; "raise": reset raises
     start_retries: ClassVar[int] = 2  # further attempts at a start that failed for a transient reason
-    max_start_failures: ClassVar[int] = 8  # episodes in a row that could not start before the run is stopped
+    max_start_failures: ClassVar[int] = 8  # tasks in a row that could not start before the run is stopped
+    open_ahead: ClassVar[bool] = True  # a group's first reset opens the rest of the group's sessions (ahead.py)
     # Episode state, for reward functions and shaping.
     reward: float | None
     rewards: list[float | None]
@@ -153,14 +159,24 @@ class Adapter:
         self._reward_claimed, self.prompt_mismatch, self._void, self._expected = False, None, None, None
         split = self._episode_split = row.get("split") or self._split
         env = self._environment()
-        index = self._task(env, split) if row.get("task_index") is None else int(row["task_index"])
+        batch = tasks.batch()
+        index = self._task(env, split, batch, row)
         self.task_index = index
         loop = client.loop()
         if self.open_in_background and isinstance(row.get("task_prompt"), str):
             self._expected = row["task_prompt"]
             self._opening = loop.submit(self._open(env, split, index))
             return row["task_prompt"]
-        future = loop.submit(self._open(env, split, index))
+        key = (id(self.pinned), self._url, self._api_key, id(self._secrets), split, index)
+        if batch is not None and batch.index == 0:  # a new batch: what the last one left is closed (and counted)
+            for left in self.pinned.ahead.drain():
+                left.add_done_callback(_close_when_open)
+        future = self.pinned.ahead.take(key) if self._opens_ahead() else None
+        if future is None:
+            future = loop.submit(self._open(env, split, index))
+            if batch is not None and self._opens_ahead():
+                rest = self._rest_of_group(env, split, index, batch)
+                self.pinned.ahead.put(key, [loop.submit(self._open(env, split, index)) for _ in range(rest)])
         try:
             self._session, prompt = future.result()
         except DriftError:
@@ -183,24 +199,47 @@ class Adapter:
             self._env = self.pinned.environment(self._url, self._api_key)
         return self._env
 
-    def _task(self, env: AsyncEnvironment, split: str) -> int:
-        at = tasks.slot()
-        if at is None:
+    def _task(self, env: AsyncEnvironment, split: str, batch: tasks.Batch | None, row: Mapping[str, Any],
+              position: int | None = None) -> int:
+        """The row's task_index; without one, the task of the rollout's slot in the trainer's batch."""
+        if row.get("task_index") is not None:
+            return int(row["task_index"])
+        if batch is None:
             if threading.current_thread() is not threading.main_thread():
                 raise RuntimeError(tasks.REFUSED.format(where=f"thread {threading.current_thread().name!r}"))
             at = tasks.Slot("train", 0)  # a look at a prompt outside training: shifts nothing
+        else:
+            at = batch.slot(batch.index if position is None else position)
         size = self.pinned.num_tasks(env, split, self._url)
         return self.pinned.order.task(split, size, self.task_seed, at)
+
+    def _opens_ahead(self) -> bool:
+        return self.open_ahead and os.environ.get("ORSGEN_OPEN_AHEAD", "1") != "0"
+
+    def _rest_of_group(self, env: AsyncEnvironment, split: str, index: int, batch: tasks.Batch) -> int:
+        """How many of the next rollouts of this rank's batch run the same task: at most the rest of a group."""
+        same = 0
+        for position in range(batch.index + 1, min(batch.index + batch.group, len(batch.rows))):
+            row, own = batch.rows[position], batch.rows[batch.index]
+            if not isinstance(row, Mapping) or (row.get("split") or self._split) != split:
+                break
+            if row.get("environment") != own.get("environment"):  # TRL's multi-environment mode: another class
+                break
+            if self._task(env, split, batch, row, position) != index:
+                break
+            same += 1
+        return same
 
     async def _open(self, env: AsyncEnvironment, split: str, index: int) -> tuple[AsyncSession, Any]:
         """Open a session on a task and read its prompt, retrying transient failures with bounded backoff."""
         limit = client.timeout("reset")
         for attempt in range(self.start_retries + 1):
-            session = env.session(split=split, index=index, secrets=self._secrets)
+            session = self._session_for(env, split, index)
             try:
                 if self._check_drift:  # once per process and server
                     await self.pinned.check_drift(env, self._url)
                 await asyncio.wait_for(session.__aenter__(), limit)
+                await self.pinned.check_build(session, self._url)
                 return session, content(await asyncio.wait_for(session.get_prompt(), limit))
             except DriftError:
                 raise
@@ -215,15 +254,30 @@ class Adapter:
                 await asyncio.sleep(min(wait, 60.0))
         raise AssertionError("unreachable")
 
+    def _session_for(self, env: AsyncEnvironment, split: str, index: int) -> AsyncSession:
+        """A session on the pinned task spec when the module pinned its tasks, else on split and index."""
+        spec = self.pinned.pinned_spec(split, index)
+        if spec is None:
+            return env.session(split=split, index=index, secrets=self._secrets)
+        from openreward.api.environments.types import Task
+
+        task = Task(server_name=env.name, environment_name=self.pinned.env or env.name, task_spec=spec,
+                    namespace=env.namespace)
+        return env.session(task=task, secrets=self._secrets)
+
     def _started(self) -> None:
         with _failures_lock:
-            _failures["in_a_row"] = 0
+            _failures["in_a_row"], _failures["last"] = 0, None
 
     def _start_failed(self, split: str, index: int, exc: BaseException) -> str:
         """Void the episode (or raise, as configured); the prompt the trainer gets for a task that did not start."""
         reason = client.describe(exc)
         with _failures_lock:
-            _failures["in_a_row"] += 1
+            # In a trainer, the rollouts of a GRPO group reset one after the other on the same task: a task that
+            # fails for all of them counts once, so one broken task does not look like an environment that is down.
+            if _failures["last"] != (split, index) or tasks.batch() is None:
+                _failures["in_a_row"] += 1
+            _failures["last"] = (split, index)
             in_a_row = _failures["in_a_row"]
         where = f"{type(self).__name__}: task {index} of split {split!r}"
         if client.status(exc) == 429:
@@ -350,6 +404,20 @@ def _payload(arguments: dict[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in arguments.items() if value is not UNSET}
 
 
+def _validation_errors(detail: str) -> list[str]:
+    """`field: message` per error of a pydantic validation error list in a tool's error text ([] if there is none)."""
+    _, found, listed = detail.partition("validation error: ")
+    if not found:
+        return []
+    try:
+        errors = ast.literal_eval(listed.strip())
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return []
+    if not isinstance(errors, list) or not all(isinstance(e, dict) and "msg" in e for e in errors):
+        return []
+    return [f"{'.'.join(str(p) for p in e.get('loc') or ()) or 'input'}: {e['msg']}" for e in errors]
+
+
 def _failures_types() -> tuple[type[BaseException], ...]:
     """What a tool call can fail with: the tool's own error, the SDK's and the transport's, a timeout."""
     from aiohttp import ClientError
@@ -362,6 +430,9 @@ def _tool_error(name: str, exc: BaseException) -> ToolError:
     from openreward.api.errors import ToolCallError
 
     if isinstance(exc, ToolCallError):
+        fields = _validation_errors(exc.detail)
+        if fields:  # what the model can act on: one short sentence per field, no pydantic dicts or URLs
+            return ToolError(f"{name}: invalid arguments: {'; '.join(fields)}")
         return ToolError(" ".join(f"{name} failed ({exc.reason}): {exc.detail}".split()))
     return ToolError(f"{name} failed: {client.describe(exc)}")
 

@@ -117,6 +117,7 @@ class Loop:
             return
 
         async def finish() -> None:
+            asyncio.get_running_loop().set_default_executor(_ExitExecutor(max_workers=1))
             pending: list[asyncio.Future[Any]] = [asyncio.ensure_future(c) for c in close_sessions()]
             pending += [asyncio.wrap_future(f) for f in list(self.closing)]
             if pending:
@@ -226,3 +227,22 @@ class sse:
                 event = value
             elif field == "data":
                 data.append(value)
+
+
+class _ExitExecutor(concurrent.futures.ThreadPoolExecutor):
+    """The runtime loop's executor while the exit hook runs. concurrent.futures shuts every ThreadPoolExecutor down
+    in its own exit hook, which runs before atexit's, and aiohttp needs one for every request (the netrc lookup of
+    a trust_env client): the closing requests would fail silently. Each call runs on a daemon thread of its own."""
+
+    def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> concurrent.futures.Future[T]:
+        future: concurrent.futures.Future[T] = concurrent.futures.Future()
+
+        def run() -> None:
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(fn(*args, **kwargs))
+                except BaseException as exc:  # noqa: BLE001 - handed to the awaiting coroutine
+                    future.set_exception(exc)
+
+        threading.Thread(target=run, name="orsgen-exit", daemon=True).start()
+        return future

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -12,8 +13,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from orsgen.runtime import client
+from orsgen.runtime.ahead import Ahead
 from orsgen.runtime.errors import DriftError
 from orsgen.runtime.tasks import Order
+
+log = logging.getLogger("orsgen")
 
 if TYPE_CHECKING:
     import datasets
@@ -34,14 +38,18 @@ class Pinned:
     env: str | None
     split: str
     snapshot: dict[str, Any]
+    build: str | None = None  # the server's build when the module was generated (None: it reports none)
     tasks_file: str | None = None  # FILE.tasks.json beside the module (written by --pin-tasks), if it exists
     task_classes: dict[int, str] = field(default_factory=dict)  # task -> adapter class (task-specific tools)
     task_tools_split: str | None = None
     default_class: str = ""
     _drift_checked: set[str] = field(default_factory=set, repr=False)
     _sizes: dict[tuple[str | None, str], int] = field(default_factory=dict, repr=False)
+    _builds_seen: set[str] = field(default_factory=set, repr=False)
+    _tasks: dict[str, list[Any]] | None = field(default=None, repr=False)
     _drift_lock: asyncio.Lock | None = field(default=None, repr=False)  # made on the runtime's loop
     order: Order = field(default_factory=Order, repr=False)
+    ahead: Ahead = field(default_factory=Ahead, repr=False)
 
     def server(self, url: str | None) -> str | None:
         """The session server: the adapter's, else OPENREWARD_SESSION_URL, else the pinned one (None: the SDK's)."""
@@ -79,11 +87,30 @@ class Pinned:
         return self._sizes[key]
 
     def _pinned_tasks(self) -> dict[str, list[Any]] | None:
-        if not self.tasks_file or not os.path.exists(self.tasks_file):
+        """The task list written by --pin-tasks beside the module, read once; None when there is none."""
+        if self._tasks is None and self.tasks_file and os.path.exists(self.tasks_file):
+            with open(self.tasks_file, encoding="utf-8") as f:
+                self._tasks = json.load(f)["splits"]
+        return self._tasks
+
+    def pinned_spec(self, split: str, index: int) -> Any | None:
+        """The pinned spec of a task: sessions open on it, so a row's metadata and its episode always agree."""
+        splits = self._pinned_tasks()
+        if splits is None or split not in splits or not 0 <= index < len(splits[split]):
             return None
-        with open(self.tasks_file, encoding="utf-8") as f:
-            splits: dict[str, list[Any]] = json.load(f)["splits"]
-        return splits
+        return splits[split][index]
+
+    async def check_build(self, session: Any, url: str | None) -> None:
+        """Warn once per server when its build is not the one the module was generated against."""
+        where = self.server(url) or self.deployment
+        if self.build is None or where in self._builds_seen:
+            return
+        self._builds_seen.add(where)
+        live = (await asyncio.wait_for(session.version(), client.timeout("reset"))).get("build_sha")
+        if live != self.build:
+            log.warning("orsgen: %s was generated against build %s of %s, the server now runs %s: the tools are "
+                        "checked, but tasks, prompts or rewards may have changed", self.module, self.build,
+                        self.target, live)
 
     def task_specs(self, split: str, start: int, stop: int | None, url: str | None, api_key: str | None) -> list[Any]:
         """Task specs start..stop of a split: from the pinned file, else by task ranges (never one request per task)."""

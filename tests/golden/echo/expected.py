@@ -43,6 +43,7 @@ URL: str | None = None  # session server; None: OPENREWARD_SESSION_URL or the pl
 DEPLOYMENT = "echo"
 ENV: str | None = "echo"
 SPLIT = "train"
+BUILD_SHA: str | None = None  # the server's build when generated (GET /version), if it reports one
 ASYNC_TOOLS = False  # tool methods are coroutines: TRL runs the calls of one message concurrently
 SNAPSHOT_SHA256 = "a7ddb926c8869efb9d289e4e596ee32a9027866e0c9785e2c84d613947818265"
 SNAPSHOT: dict[str, Any] = {
@@ -90,6 +91,7 @@ PINNED = runtime.Pinned(
     deployment=DEPLOYMENT,
     env=ENV,
     split=SPLIT,
+    build=BUILD_SHA,
     snapshot=SNAPSHOT,
     # Written by `orsgen --pin-tasks`: when present, dataset() reads the tasks from it and sends no request.
     tasks_file=os.path.join(os.path.dirname(os.path.abspath(__file__)), "expected.tasks.json"),

@@ -46,6 +46,7 @@ URL: str | None = None  # session server; None: OPENREWARD_SESSION_URL or the pl
 DEPLOYMENT = "hostile"
 ENV: str | None = "hostile"
 SPLIT = "train"
+BUILD_SHA: str | None = None  # the server's build when generated (GET /version), if it reports one
 ASYNC_TOOLS = False  # tool methods are coroutines: TRL runs the calls of one message concurrently
 SNAPSHOT_SHA256 = "fb149ed8c852bccd950703cf0e7d3a0fe928cd1add50c1ff9dec664276d9689f"
 SNAPSHOT: dict[str, Any] = {
@@ -121,6 +122,7 @@ PINNED = runtime.Pinned(
     deployment=DEPLOYMENT,
     env=ENV,
     split=SPLIT,
+    build=BUILD_SHA,
     snapshot=SNAPSHOT,
     # Written by `orsgen --pin-tasks`: when present, dataset() reads the tasks from it and sends no request.
     tasks_file=os.path.join(os.path.dirname(os.path.abspath(__file__)), "expected.tasks.json"),

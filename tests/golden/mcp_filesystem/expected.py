@@ -46,6 +46,7 @@ URL: str | None = None  # session server; None: OPENREWARD_SESSION_URL or the pl
 DEPLOYMENT = "filesystem"
 ENV: str | None = "filesystem"
 SPLIT = "train"
+BUILD_SHA: str | None = None  # the server's build when generated (GET /version), if it reports one
 ASYNC_TOOLS = False  # tool methods are coroutines: TRL runs the calls of one message concurrently
 SNAPSHOT_SHA256 = "33ef695ec270acd968b39d1c3d602665a954a601e1d6b11c7153d56ed4011545"
 SNAPSHOT: dict[str, Any] = {
@@ -253,6 +254,7 @@ PINNED = runtime.Pinned(
     deployment=DEPLOYMENT,
     env=ENV,
     split=SPLIT,
+    build=BUILD_SHA,
     snapshot=SNAPSHOT,
     # Written by `orsgen --pin-tasks`: when present, dataset() reads the tasks from it and sends no request.
     tasks_file=os.path.join(os.path.dirname(os.path.abspath(__file__)), "expected.tasks.json"),

@@ -46,6 +46,7 @@ URL: str | None = None  # session server; None: OPENREWARD_SESSION_URL or the pl
 DEPLOYMENT = "rich"
 ENV: str | None = "rich"
 SPLIT = "train"
+BUILD_SHA: str | None = None  # the server's build when generated (GET /version), if it reports one
 ASYNC_TOOLS = False  # tool methods are coroutines: TRL runs the calls of one message concurrently
 SNAPSHOT_SHA256 = "9da89c081e58720bbc719b2c8170ab204c284185f61d9aca3effefcb526925be"
 SNAPSHOT: dict[str, Any] = {
@@ -374,6 +375,7 @@ PINNED = runtime.Pinned(
     deployment=DEPLOYMENT,
     env=ENV,
     split=SPLIT,
+    build=BUILD_SHA,
     snapshot=SNAPSHOT,
     # Written by `orsgen --pin-tasks`: when present, dataset() reads the tasks from it and sends no request.
     tasks_file=os.path.join(os.path.dirname(os.path.abspath(__file__)), "expected.tasks.json"),

@@ -1,0 +1,104 @@
+"""GRPO with the environment owning the data (no `train_dataset`), recording which task every reset opened.
+
+`tracking(adapter_class)` gives a subclass that records, per `reset()`, where the trainer had the rollout (global
+step, rank, position in the rank's batch) read from the trainer itself (not from the runtime's own bookkeeping),
+the task index the adapter chose and the session id the server got, so a test can match it to the server's log.
+
+As a torchrun worker: `python -m torch.distributed.run --nproc_per_node 2 ... -m tests.harness.owned_data
+MODULE_PATH OUT_DIR STEPS PER_DEVICE NUM_GENERATIONS` prints one `{"reset": {...}}` line per reset and a final
+`{"rank": ...}` line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+from pathlib import Path
+from typing import Any, ClassVar
+
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+def tracking(adapter_class: type, echo: bool = False) -> type:
+    """A subclass recording every reset in `Tracking.resets` (and printing it as a JSON line when `echo`)."""
+
+    class Tracking(adapter_class):  # type: ignore[misc, valid-type]
+        trainer: ClassVar[Any] = None  # set once the trainer is built
+        resets: ClassVar[list[dict[str, Any]]] = []
+
+        def reset(self, **row: Any) -> Any:
+            prompt = super().reset(**row)
+            trainer = Tracking.trainer
+            step = position = None
+            if trainer is not None:
+                step = trainer.state.global_step
+                position = next((i for i, env in enumerate(trainer.environments) if env is self), None)
+            record = {
+                "step": step,
+                "rank": int(os.environ.get("RANK", "0")),
+                "position": position,
+                "task_index": self.task_index,
+                "session": getattr(self._session, "sid", None),
+                "prompt": prompt,
+            }
+            Tracking.resets.append(record)
+            if echo:
+                print(json.dumps({"reset": record}), flush=True)
+            return prompt
+
+    Tracking.__name__ = Tracking.__qualname__ = adapter_class.__name__
+    return Tracking
+
+
+def first_turn(i: int, prompt: str) -> str:
+    """The scripted first assistant turn: echo the task's word."""
+    from examples import tiny
+
+    word = re.search(r"Echo the word (\w+)", prompt)
+    return tiny.call_text("echo", {"text": word.group(1) if word else "x"})
+
+
+def trainer(module: Any, env_class: type, out_dir: str, steps: int, **config: Any) -> Any:
+    """A GRPOTrainer with no train_dataset, a tiny model and the scripted first turn."""
+    from trl import GRPOTrainer
+
+    from examples import tiny
+    from examples.demo import tool_methods
+
+    tok = tiny.tokenizer([tiny.conversation("Echo the word apple", "echo", {"text": "apple"}, "apple")],
+                         tool_methods(module.Echo()))
+    built = GRPOTrainer(  # no train_dataset: the environment owns the data
+        model=tiny.model(tok),
+        processing_class=tok,
+        args=tiny.grpo_config(out_dir, steps, max_tool_calling_iterations=1, **config),
+        environment_factory=env_class,
+        rollout_func=tiny.scripted_rollouts(first_turn),
+    )
+    env_class.trainer = built
+    return built
+
+
+def main(module_path: str, out_dir: str, steps: str, per_device: str, num_generations: str) -> None:
+    import torch
+
+    from examples.demo import load_module
+
+    torch.set_num_threads(1)
+    module = load_module(Path(module_path))
+    env_class = tracking(module.Echo, echo=True)
+    run = trainer(module, env_class, out_dir, int(steps), per_device_train_batch_size=int(per_device),
+                  num_generations=int(num_generations))
+    run.train()
+    module.close_all()
+    from orsgen.runtime import adapter
+
+    live = [a for a in list(adapter._live) if a._session is not None or a._opening is not None]
+    print(json.dumps({"rank": int(os.environ.get("RANK", "0")), "open_sessions": len(live),
+                      "steps": run.state.global_step, "resets": len(env_class.resets)}), flush=True)
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:6])
