@@ -1,17 +1,24 @@
 """Side-by-side cost of orsgen's generated adapter and TRL's `OpenRewardSpec` against one local ORS server.
 
-    python bench/compare.py [--reps N] [--latency-ms 20] [--png bench/compare.png]
+    python bench/compare.py [--reps N] [--latency-ms 20] [--grpo-runs 6] [--grpo-only] [--png bench/compare.png]
 
 Serves `bench/env.py` on 127.0.0.1 behind a request-counting middleware, generates orsgen's adapter with the real
 CLI, builds TRL's spec on the same server, and measures, for both, the median wall time and the HTTP requests the
 server saw per operation: startup, first prompt from cold, reset, tool call, close and a 64-task dataset, on loopback
-and again with injected per-request latency; then generation vs. binding for a 100-tool environment.
+and again with injected per-request latency; then generation vs. binding for a 100-tool environment; then a real
+`GRPOTrainer` run on both sides (3 steps of 8 rollouts, groups of 4, one scripted echo call per rollout, the tiny offline
+model of examples/tiny.py), on loopback and with the latency: per step, the wall time the trainer spent inside
+environment calls (reset and the tools, timed by the same wrapper on both sides) and the requests the server saw, and
+for orsgen the sessions opened ahead, taken and left unused; orsgen runs again with ORSGEN_OPEN_AHEAD=0.
+`--grpo-only` runs that last part alone and merges its rows into an existing results.json.
 Prints a table and writes the same figures to bench/results.json (and a bar chart, if matplotlib is available).
 """
 
 import argparse
 import contextlib
+import functools
 import importlib.util
+import inspect
 import json
 import os
 import platform
@@ -20,15 +27,18 @@ import subprocess
 import sys
 import tempfile
 import time
+import typing
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))  # `python bench/compare.py` from anywhere: the repo's examples package
+
 from examples.serve import HOST, free_port
 
-HERE = Path(__file__).resolve().parent
 NUM_TASKS = 64
 # Loopback only: the SDK would otherwise ask pypi.org for updates; TRL's experimental warning is noise here.
 os.environ["OPENREWARD_DISABLE_UPDATE_CHECK"] = "1"
@@ -90,6 +100,7 @@ class Recorder:
 
     def __init__(self) -> None:
         self.samples: dict[tuple[str, str], list[tuple[float, dict[str, int]]]] = {}
+        self.extra: dict[tuple[str, str], list[dict[str, float]]] = {}  # further per-sample figures (GRPO rows)
         self.server: BenchServer | None = None
         self.settle_s = 0.05
 
@@ -107,8 +118,11 @@ class Recorder:
         time.sleep(self.settle_s)  # a new session pings once in the background: count it with its operation
         self.add(row, side, ms, self.server.counts())
 
-    def add(self, row: str, side: str, ms: float, counts: dict[str, int] | None = None) -> None:
+    def add(self, row: str, side: str, ms: float, counts: dict[str, int] | None = None,
+            extra: dict[str, float] | None = None) -> None:
         self.samples.setdefault((row, side), []).append((ms, counts or {}))
+        if extra is not None:
+            self.extra.setdefault((row, side), []).append(extra)
 
 
 # ---- the two adapters, behind the same four calls -----------------------------------------------------------------
@@ -227,10 +241,10 @@ def bench_pass(rec: Recorder, sides: tuple[Side, ...], reps: int, dataset_reps: 
             assert len(rows) == NUM_TASKS, len(rows)
 
 
-def generate(target: str, output: Path) -> float:
+def generate(target: str, output: Path, *options: str) -> float:
     """Run the real orsgen CLI; its wall time in ms."""
     start = time.perf_counter()
-    cmd = [sys.executable, "-m", "orsgen", target, "-o", str(output)]
+    cmd = [sys.executable, "-m", "orsgen", target, "-o", str(output), *options]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
     ms = (time.perf_counter() - start) * 1000
     if done.returncode != 0:
@@ -244,7 +258,8 @@ def bench_wide(rec: Recorder, server: BenchServer, workdir: Path, reps: int, gen
     tools_json = workdir / "wide.json"
     tools_json.write_text(json.dumps(server._request("GET", "/wide/tools"), indent=1))
     module_path = workdir / "wide_adapter.py"
-    generation_ms = [generate(str(tools_json), module_path) for _ in range(gen_reps)]
+    # a saved /tools JSON does not say which environment it is: the CLI asks for its name on the server
+    generation_ms = [generate(str(tools_json), module_path, "--env", "wide") for _ in range(gen_reps)]
     sides = (Orsgen(module_path, "Wide"), Trl(server.url))
     for rep in range(reps):
         for side in alternate(sides, rep):
@@ -253,6 +268,222 @@ def bench_wide(rec: Recorder, server: BenchServer, workdir: Path, reps: int, gen
             side.stop(owner, adapter)
             assert sum(callable(getattr(adapter, n)) for n in dir(adapter) if not n.startswith("_")) >= 100
     return generation_ms
+
+
+# ---- a real GRPOTrainer on both sides ------------------------------------------------------------------------------
+
+GRPO_STEPS, GRPO_BATCH, GRPO_GROUP = 3, 8, 4  # 3 steps of 8 rollouts: 2 groups of 4 per step, one tool call each
+GRPO_TASKS = GRPO_STEPS * GRPO_BATCH // GRPO_GROUP  # the dataset is read in order: one task per group
+GRPO_ROW = "GRPO step (8 rollouts): environment time"
+GRPO_ROW_OFF = "GRPO step (8 rollouts): environment time, orsgen open-ahead off"
+
+
+class EnvClock:
+    """Wall time the trainer spends inside environment calls (reset and the tools), by the trainer's step."""
+
+    def __init__(self) -> None:
+        self.trainer: Any = None
+        self.seconds: dict[int, float] = {}
+        self.by_call: dict[int, dict[str, float]] = {}  # the same seconds, by method: reset, each tool
+        self.calls: dict[int, dict[str, int]] = {}
+
+    def add(self, name: str, seconds: float) -> None:
+        step = self.trainer.state.global_step + 1 if self.trainer is not None else 0  # 0: outside train()
+        self.seconds[step] = self.seconds.get(step, 0.0) + seconds
+        by_call = self.by_call.setdefault(step, {})
+        by_call[name] = by_call.get(name, 0.0) + seconds
+        calls = self.calls.setdefault(step, {})
+        calls[name] = calls.get(name, 0) + 1
+
+
+def _timed_method(fn: Callable[..., Any], name: str, clock: EnvClock) -> Callable[..., Any]:
+    hints = typing.get_type_hints(fn)  # resolved here: the wrapper lives in this module, the hints in the class's
+    if inspect.iscoroutinefunction(fn):
+
+        async def timed(self: Any, *args: Any, **kwargs: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                return await fn(self, *args, **kwargs)
+            finally:
+                clock.add(name, time.perf_counter() - start)
+
+    else:
+
+        def timed(self: Any, *args: Any, **kwargs: Any) -> Any:  # type: ignore[misc]
+            start = time.perf_counter()
+            try:
+                return fn(self, *args, **kwargs)
+            finally:
+                clock.add(name, time.perf_counter() - start)
+
+    functools.update_wrapper(timed, fn)  # name, docstring and signature: the tool schema TRL renders is unchanged
+    timed.__annotations__ = hints
+    return timed
+
+
+def timed_factory(factory: Callable[[], Any], clock: EnvClock) -> Callable[[], Any]:
+    """The same wrapping for both sides: each instance the factory makes becomes an instance of a subclass of its
+    class whose `reset` and tool methods (the public functions TRL calls) add their wall time to `clock`. Made after
+    the first instance, since TRL's adapter binds its tool methods to its class in `__init__`."""
+    subclasses: dict[type, type] = {}
+
+    def make() -> Any:
+        instance = factory()
+        cls = type(instance)
+        if cls not in subclasses:
+            names = [n for n, _ in inspect.getmembers(cls, predicate=inspect.isfunction)
+                     if n == "reset" or (not n.startswith("_") and n != "get_reward")]
+            body: dict[str, Any] = {n: _timed_method(getattr(cls, n), n, clock) for n in names}
+            body.update(__module__=cls.__module__, __qualname__=cls.__qualname__)
+            subclasses[cls] = type(cls.__name__, (cls,), body)  # same name: TRL names the reward column after it
+        instance.__class__ = subclasses[cls]
+        return instance
+
+    return make
+
+
+def _first_turn(i: int, prompt: str) -> str:
+    """The scripted first assistant turn: echo the task's word (the prompt reads "Task N: echo WORD")."""
+    import re
+
+    from examples import tiny
+
+    found = re.search(r"echo (\w+)", prompt)
+    assert found, f"no task prompt in the rollout's prompt: {prompt!r}"
+    return tiny.call_text("echo", {"text": found.group(1)})
+
+
+class GrpoRun:
+    """One `GRPOTrainer.train()` of GRPO_STEPS steps; per step: environment time, requests, sessions opened ahead."""
+
+    def __init__(self, server: BenchServer, tokenizer: Any, workdir: Path) -> None:
+        self.server, self.tokenizer, self.workdir = server, tokenizer, workdir
+
+    def train(self, train_dataset: Any, factory: Callable[[], Any], reward_funcs: Any,
+              ahead: Callable[[], dict[str, int]], close: Callable[[Any], None], settle_s: float) -> dict[str, Any]:
+        import torch
+        from transformers import PrinterCallback, TrainerCallback
+        from trl import GRPOTrainer
+
+        from examples import tiny
+
+        clock = EnvClock()
+        marks: list[tuple[float, dict[str, int], dict[str, int]]] = []  # at each step's start, and at the end
+
+        def mark() -> None:
+            marks.append((time.perf_counter(), self.server.counts(), ahead()))
+
+        class Marks(TrainerCallback):  # type: ignore[misc]
+            def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+                mark()
+
+        torch.set_num_threads(1)
+        config = tiny.grpo_config(str(self.workdir / "grpo"), GRPO_STEPS, per_device_train_batch_size=GRPO_BATCH,
+                                  num_generations=GRPO_GROUP, max_tool_calling_iterations=1)
+        trainer = GRPOTrainer(model=tiny.model(self.tokenizer), processing_class=self.tokenizer, args=config,
+                              train_dataset=train_dataset, environment_factory=timed_factory(factory, clock),
+                              reward_funcs=reward_funcs, rollout_func=tiny.scripted_rollouts(_first_turn),
+                              callbacks=[Marks()])
+        clock.trainer = trainer
+        trainer.remove_callback(PrinterCallback)  # the loss dicts it prints each step: noise here
+        time.sleep(settle_s)
+        self.server.reset_counts()
+        trainer.train()
+        time.sleep(settle_s)  # background requests of the last step (a new session's ping) count with it
+        mark()
+        # Closed after the count: a step's count holds the closes of the step before it (done at the next reset, on
+        # both sides), so steps 2.. have the same make-up; the last step's closes would be a step's worth extra.
+        close(trainer)
+        assert len(marks) == GRPO_STEPS + 1, len(marks)
+        rewards = [e[k] for e in trainer.state.log_history for k in e if k.startswith("rewards/") and
+                   k.endswith("/mean")]
+        assert len(rewards) == GRPO_STEPS and all(r == 1.0 for r in rewards), rewards  # every rollout echoed and scored
+        steps = []
+        for k in range(1, GRPO_STEPS + 1):
+            (t0, c0, a0), (t1, c1, a1) = marks[k - 1], marks[k]
+            requests = {p: c1.get(p, 0) - c0.get(p, 0) for p in c1 if c1.get(p, 0) != c0.get(p, 0)}
+            assert clock.calls[k] == {"reset": GRPO_BATCH, "echo": GRPO_BATCH}, clock.calls
+            reset_ms = clock.by_call[k]["reset"] * 1000
+            steps.append({"step": k, "env_ms": clock.seconds[k] * 1000, "reset_ms": reset_ms,
+                          "tool_ms": clock.seconds[k] * 1000 - reset_ms, "step_ms": (t1 - t0) * 1000,
+                          "requests": requests, **{f"ahead_{n}": a1[n] - a0[n] for n in a1}})
+        return {"steps": steps, "ahead": ahead()}
+
+
+def run_orsgen(run: GrpoRun, adapter_path: Path, open_ahead: bool, settle_s: float) -> dict[str, Any]:
+    module = load_module(adapter_path)  # a fresh copy per run, as a new training process would import it
+    ahead = module.PINNED.ahead
+    saved = os.environ.get("ORSGEN_OPEN_AHEAD")
+    os.environ["ORSGEN_OPEN_AHEAD"] = "1" if open_ahead else "0"
+    try:
+        return run.train(module.dataset(num_tasks=GRPO_TASKS), module.Bench, None,
+                         lambda: {"opened": ahead.opened, "taken": ahead.taken, "unused": ahead.unused},
+                         lambda trainer: module.close_all(), settle_s)
+    finally:
+        if saved is None:
+            os.environ.pop("ORSGEN_OPEN_AHEAD", None)
+        else:
+            os.environ["ORSGEN_OPEN_AHEAD"] = saved
+
+
+def run_trl(run: GrpoRun, url: str, settle_s: float) -> dict[str, Any]:
+    from trl.experimental.openreward import OpenRewardSpec
+
+    spec = OpenRewardSpec(url, num_tasks=GRPO_TASKS)
+
+    def close(trainer: Any) -> None:
+        for pool in trainer._environment_pool.values():
+            for environment in pool:
+                environment._close()
+
+    try:
+        return run.train(spec.train_dataset, spec.environment_factory, spec.reward_funcs, dict, close, settle_s)
+    finally:
+        if "_sdk_client" in vars(spec):
+            spec._sdk_client.close()
+
+
+GRPO_SIDES = (("orsgen", True), ("orsgen, open-ahead off", False), ("TRL", None))
+
+
+def bench_grpo(rec: Recorder, server: BenchServer, url: str, adapter_path: Path, tokenizer: Any, workdir: Path,
+               runs: int, latency_ms: float, tag: str) -> list[dict[str, Any]]:
+    """`runs` trainings per side, the sides' order rotating run by run; steps 2.. of each run become samples (the
+    first step pays one-offs on both sides: connections, orsgen's drift check). Returns every run, for the JSON."""
+    settle_s = 0.1 + 3 * latency_ms / 1000
+    grpo = GrpoRun(server, tokenizer, workdir)
+    done = []
+    for r in range(runs):
+        for name, open_ahead in GRPO_SIDES[r % 3:] + GRPO_SIDES[:r % 3]:
+            if open_ahead is None:
+                result = run_trl(grpo, url, settle_s)
+            else:
+                result = run_orsgen(grpo, adapter_path, open_ahead, settle_s)
+            done.append({"side": name, "latency_ms": latency_ms, "run": r, **result})
+            for step in result["steps"][1:]:
+                extra = {k: v for k, v in step.items() if k.startswith("ahead_") or k.endswith("_ms") and k != "env_ms"}
+                if open_ahead is None:  # one TRL measurement, the reference of both orsgen rows
+                    rec.add(GRPO_ROW + tag, "TRL", step["env_ms"], step["requests"], extra)
+                    rec.add(GRPO_ROW_OFF + tag, "TRL", step["env_ms"], step["requests"], extra)
+                else:
+                    row = GRPO_ROW if open_ahead else GRPO_ROW_OFF
+                    rec.add(row + tag, "orsgen", step["env_ms"], step["requests"], extra)
+            env_ms = ", ".join(f"{s['env_ms']:.0f}" for s in result["steps"])
+            print(f"  {name}, run {r + 1}/{runs}: environment ms per step {env_ms}; requests per step "
+                  f"{', '.join(str(sum(s['requests'].values())) for s in result['steps'])}"
+                  + (f"; opened ahead/taken/unused {result['ahead']}" if result["ahead"] else ""), flush=True)
+    return done
+
+
+def grpo_tokenizer(adapter_path: Path) -> Any:
+    """The tiny model's tokenizer, trained once on a conversation calling the echo tool (both sides' tool is the
+    same `echo(text)`)."""
+    from examples import tiny
+    from examples.demo import tool_methods
+
+    module = load_module(adapter_path)
+    tools = tool_methods(module.Bench())
+    return tiny.tokenizer([tiny.conversation("Task 0: echo apple", "echo", {"text": "apple"}, "apple")], tools)
 
 
 # ---- the report ---------------------------------------------------------------------------------------------------
@@ -271,6 +502,9 @@ def summarize(rec: Recorder) -> list[dict[str, Any]]:
                 "requests": statistics.median(sum(c.values()) for _, c in samples),
                 "requests_by_path": samples[-1][1],  # one sample's breakdown, to show what the requests are
             }
+            extras = rec.extra.get((row, side), [])
+            for key in dict.fromkeys(k for e in extras for k in e):  # medians, as for the time
+                entry[side][key] = statistics.median(e[key] for e in extras if key in e)
         entry["ratio"] = entry["TRL"]["median_ms"] / entry["orsgen"]["median_ms"]
         rows.append(entry)
     return rows
@@ -292,7 +526,26 @@ def print_table(rows: list[dict[str, Any]]) -> None:
 
 
 def section(operation: str) -> str:
+    if operation.startswith("GRPO"):
+        return "GRPO"
     return "100 tools" if operation.startswith("100 tools") else "latency" if ", +" in operation else "loopback"
+
+
+def grpo_summary(rows: list[dict[str, Any]]) -> list[str]:
+    """One line per GRPO row: orsgen's environment time as a fraction of TRL's (the issue's target: at most 0.3 at
+    20 ms per request), and orsgen's sessions opened ahead."""
+    lines = []
+    for r in rows:
+        if not r["operation"].startswith("GRPO"):
+            continue
+        o, t = r["orsgen"], r["TRL"]
+        ahead = (f"; orsgen sessions per step opened ahead {o['ahead_opened']:g}, taken {o['ahead_taken']:g}, "
+                 f"unused {o['ahead_unused']:g}") if "ahead_opened" in o else ""
+        lines.append(f"{r['operation']}: orsgen {o['median_ms']:.0f} ms = {o['median_ms'] / t['median_ms']:.2f}x "
+                     f"TRL's {t['median_ms']:.0f} ms; requests per step {o['requests']:g} vs {t['requests']:g}; "
+                     f"inside reset {o['reset_ms']:.0f} vs {t['reset_ms']:.0f} ms, inside the tool {o['tool_ms']:.0f} vs "
+                     f"{t['tool_ms']:.0f} ms; whole step {o['step_ms']:.0f} vs {t['step_ms']:.0f} ms{ahead}")
+    return lines
 
 
 def draw(rows: list[dict[str, Any]], png: Path) -> None:
@@ -306,14 +559,14 @@ def draw(rows: list[dict[str, Any]], png: Path) -> None:
 
     labels = [r["operation"] for r in rows]
     x = range(len(rows))
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(15, 10), sharex=True)
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(17, 11), sharex=True)
     for ax, key, title in ((top, "median_ms", "median wall time, ms (log scale)"),
                            (bottom, "requests", "HTTP requests seen by the server (symlog scale)")):
         for offset, side, color in ((-0.2, "orsgen", "tab:blue"), (0.2, "TRL", "tab:orange")):
             values = [r[side][key] for r in rows]
             bars = ax.bar([i + offset for i in x], values, width=0.4, label=side, color=color)
             ax.bar_label(bars, labels=[f"{v:.0f}" if v >= 100 else f"{v:.3g}" for v in values], fontsize=7, padding=1)
-        for i in range(1, len(rows)):  # dashed lines between the loopback, latency and 100-tool sections
+        for i in range(1, len(rows)):  # dashed lines between the loopback, latency, 100-tool and GRPO sections
             if section(labels[i]) != section(labels[i - 1]):
                 ax.axvline(i - 0.5, color="grey", linestyle="--", linewidth=0.8)
         ax.set_title(title)
@@ -324,7 +577,8 @@ def draw(rows: list[dict[str, Any]], png: Path) -> None:
     bottom.set_yscale("symlog", linthresh=1)
     bottom.set_ylim(0, max(r[s]["requests"] for r in rows for s in ("orsgen", "TRL")) * 4)
     bottom.set_xticks(list(x), labels, rotation=35, ha="right", fontsize=8)
-    fig.suptitle("orsgen generated adapter vs TRL OpenRewardSpec, same ORS server on 127.0.0.1")
+    fig.suptitle("orsgen generated adapter vs TRL OpenRewardSpec, same ORS server on 127.0.0.1 (GRPO rows: "
+                 "per trainer step of 8 rollouts, time inside environment calls)")
     fig.tight_layout()
     fig.savefig(png, dpi=110)
     plt.close(fig)
@@ -338,10 +592,15 @@ def main() -> None:
                    "(0: skip it)")
     p.add_argument("--dataset-reps", type=int, default=5, help="repetitions of dataset() under latency, and of the "
                    "100-tool generation (each takes seconds)")
+    p.add_argument("--grpo-runs", type=int, default=6, help="GRPOTrainer runs per side and latency (0: skip them); "
+                   "steps 2-3 of each are the samples")
+    p.add_argument("--grpo-only", action="store_true", help="only the GRPOTrainer runs: their rows replace the GRPO "
+                   "rows of an existing --json (the other rows are kept) and the chart is redrawn")
     p.add_argument("--png", type=Path, default=HERE / "compare.png")
     p.add_argument("--json", type=Path, default=HERE / "results.json")
     args = p.parse_args()
     reps, slow_reps = max(1, args.reps), max(1, min(args.reps, args.dataset_reps))
+    grpo_runs = max(1, args.grpo_runs) if args.grpo_only else max(0, args.grpo_runs)
 
     # One-time library imports are paid by any training process anyway: keep them out of both sides' timings.
     import datasets  # noqa: F401
@@ -353,36 +612,72 @@ def main() -> None:
     # TRL's documented self-hosted setup; the orsgen adapter pins the same URL (and honours the same variable).
     os.environ["OPENREWARD_API_URL"] = os.environ["OPENREWARD_SESSION_URL"] = url
     rec = Recorder()
+    generation_ms: list[float] = []
+    grpo_log: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="orsgen-bench-") as tmp:
         workdir = Path(tmp)
         adapter_path = workdir / "bench_adapter.py"
         passes = [(0.0, "", reps)] + ([(args.latency_ms, f", +{args.latency_ms:g} ms", slow_reps)]
                                       if args.latency_ms > 0 else [])
-        for latency_ms, tag, dataset_reps in passes:
-            print(f"pass: injected latency {latency_ms:g} ms per request, {url}", flush=True)
+        if not args.grpo_only:
+            for latency_ms, tag, dataset_reps in passes:
+                print(f"pass: injected latency {latency_ms:g} ms per request, {url}", flush=True)
+                with serving("bench", port, latency_ms) as server:
+                    if not adapter_path.exists():
+                        generate(url, adapter_path)
+                    rec.use(server, latency_ms)
+                    bench_pass(rec, (Orsgen(adapter_path, "Bench"), Trl(url)), reps, dataset_reps, tag)
+            print("pass: 100-tool environment", flush=True)
+            with serving("wide", port) as server:
+                rec.use(server, 0)
+                generation_ms = bench_wide(rec, server, workdir, reps, slow_reps)
+        tokenizer = None
+        load_before = os.getloadavg()
+        for latency_ms, tag, _ in passes if grpo_runs else []:
+            print(f"pass: GRPOTrainer, {GRPO_STEPS} steps of {GRPO_BATCH} rollouts, injected latency {latency_ms:g} ms "
+                  f"per request, {grpo_runs} runs per side", flush=True)
             with serving("bench", port, latency_ms) as server:
                 if not adapter_path.exists():
                     generate(url, adapter_path)
-                rec.use(server, latency_ms)
-                bench_pass(rec, (Orsgen(adapter_path, "Bench"), Trl(url)), reps, dataset_reps, tag)
-        print("pass: 100-tool environment", flush=True)
-        with serving("wide", port) as server:
-            rec.use(server, 0)
-            generation_ms = bench_wide(rec, server, workdir, reps, slow_reps)
+                tokenizer = tokenizer or grpo_tokenizer(adapter_path)
+                grpo_log += bench_grpo(rec, server, url, adapter_path, tokenizer, workdir, grpo_runs, latency_ms, tag)
 
     rows = summarize(rec)
+    meta: dict[str, Any] = {}
+    if args.grpo_only and args.json.exists():  # keep the other rows (and their settings) of the last full run
+        previous = json.loads(args.json.read_text())
+        meta = previous.get("meta", {})
+        rows = [r for r in previous.get("rows", []) if not r["operation"].startswith("GRPO")] + rows
     print()
     print_table(rows)
-    print(f"\norsgen generation of the 100-tool adapter (the CLI's wall time; once per schema change, offline, so not a "
-          f"row: TRL has no such step and binds at every start instead): median {statistics.median(generation_ms):.0f} "
-          f"ms over {len(generation_ms)} runs.")
+    print()
+    for line in grpo_summary(rows):
+        print(line)
+    if generation_ms:
+        print(f"\norsgen generation of the 100-tool adapter (the CLI's wall time; once per schema change, offline, so "
+              f"not a row: TRL has no such step and binds at every start instead): median "
+              f"{statistics.median(generation_ms):.0f} ms over {len(generation_ms)} runs.")
     print("n = repetitions orsgen/TRL.\nRequests are counted until the server is "
-          f"quiet (a settle of 50 ms after the call, {50 + 3 * args.latency_ms:g} ms with latency): work the SDK or adapter "
-          "does in the background (the first ping of a session, a background close) counts with its operation.")
+          f"quiet (a settle of 50 ms after the call, {50 + 3 * args.latency_ms:g} ms with latency): work the SDK or "
+          "adapter does in the background (the first ping of a session, a background close) counts with its operation.")
+    if grpo_runs:
+        print(f"GRPO rows: GRPOTrainer, {GRPO_STEPS} steps of {GRPO_BATCH} rollouts (num_generations {GRPO_GROUP}), one "
+              "scripted echo call per rollout; per step, the wall time inside reset() and the tool (the same timing "
+              "wrapper on both sides) and the requests the server saw from that step's start to the next one's (both "
+              "sides close a rollout's session at its next reset: a step's count holds the previous step's closes); "
+              "median over steps 2-3 of every run (step 1 has no closes and pays one-offs: connections, orsgen's "
+              f"drift check); {grpo_runs} runs per side, the sides' order rotating. "
+              "Both GRPO rows' TRL figures are the same TRL runs.")
     if sys.dont_write_bytecode:
         print("PYTHONDONTWRITEBYTECODE is set: orsgen's startup rows include compiling the generated module.")
-    meta = {"reps": reps, "latency_ms": args.latency_ms, "python": platform.python_version(), "cpus": os.cpu_count(),
-            "num_tasks": NUM_TASKS, "generation_100_tools_ms": generation_ms}
+    if not args.grpo_only:
+        meta = {"reps": reps, "latency_ms": args.latency_ms, "python": platform.python_version(),
+                "cpus": os.cpu_count(), "num_tasks": NUM_TASKS, "generation_100_tools_ms": generation_ms}
+    if grpo_runs:
+        meta["grpo"] = {"steps": GRPO_STEPS, "rollouts_per_step": GRPO_BATCH, "num_generations": GRPO_GROUP,
+                        "tasks": GRPO_TASKS, "runs_per_side": grpo_runs, "latency_ms": [lat for lat, _, _ in passes],
+                        "samples": "steps 2-3 of every run", "load_average_before": load_before,
+                        "load_average_after": os.getloadavg(), "runs": grpo_log}
     args.json.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
     print(f"wrote {args.json}")
     draw(rows, args.png)

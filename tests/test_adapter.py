@@ -70,7 +70,7 @@ def test_second_env_on_multi_env_server(multi_server, generate):
     assert schema["required"] == ["topic"]
     assert adapter.answer(answer="Rome") == "wrong"
     assert adapter.get_reward() == -0.5
-    with pytest.raises(quiz.ToolError, match="input_validation"):
+    with pytest.raises(quiz.ToolError, match="invalid arguments"):
         adapter.answer(answer=5)
     assert adapter.get_reward() == -0.5
     assert adapter.answer(answer="Paris") == "correct" and adapter.get_reward() == 1.0

@@ -265,7 +265,7 @@ def check_module(data: Any, env: str = "env") -> tuple[types.ModuleType, dict[st
         n for n in MODULE_NAMES if hasattr(module, n) and not same_binding(getattr(module, n), getattr(BASELINE, n))
     ]
     assert not rebound, f"names the module defines are bound to something else: {rebound}"
-    extra = module_names(module) - MODULE_NAMES - {adapter.class_name}
+    extra = module_names(module) - MODULE_NAMES - {adapter.class_name, "TYPE_CHECKING"}  # imported when TypedDicts are
     assert all(is_annotation(getattr(module, n)) for n in extra), f"unexpected module names: {sorted(extra)}"
     cls = getattr(module, adapter.class_name)
     assert isinstance(cls, type) and callable(cls.reset) and callable(cls.get_reward)

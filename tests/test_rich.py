@@ -23,7 +23,7 @@ EXPECTED_TOOLS = {
     "search", "create", "ping", "weird_doc",
     "web-search", "file.read", "import", "get_reward", "finished", "_private", "café",
 }
-COLON_LOOKALIKE = "\u02d0"  # how a generator may defuse `(choices:` so get_json_schema does not read it as an enum
+COLON_LOOKALIKE = " :"  # how the generator defuses `(choices:` so get_json_schema does not read it as an enum
 
 ITEM = {"name": "pen", "quantity": 3, "price": 1.5, "kind": "tool", "address": {"street": "Main", "city": "Oslo"}}
 TREE = {"value": 1, "children": [{"value": 2, "children": []}, {"value": 3, "children": [{"value": 4, "children": []}]}]}

@@ -42,7 +42,7 @@ def test_task_tools_from_some_tasks_and_bad_specs(quest, tmp_path):
     assert odd.returncode == 0 and load(out).ENVIRONMENTS.keys() == {"Quest", "QuestWithHint"}
     assert "class QuestWithHint adds hint for tasks 1, 3" in odd.stdout  # the summary names the variant classes
     for spec, message in (("x", "use indices"), ("0-9", "task 6 does not exist"),
-                          ("0,2", "no task advertises tools beyond the shared ones")):  # an option that does nothing
+                          ("0,2", "no task of quest advertises tools beyond the shared ones")):  # an option that does nothing
         result = orsgen(server.url, "--task-tools-from", spec, "-o", str(out))
         assert result.returncode == 2 and message in result.stderr
 

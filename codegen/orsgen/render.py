@@ -8,13 +8,11 @@ import black
 import jinja2
 
 from orsgen import __version__
+from orsgen.blackfast import MODE, format_module
 from orsgen.model import Adapter, docs
 from orsgen.runtime import API
 from orsgen.snapshot import sha256
 from orsgen.source import Source
-
-# Fixed: never the user's [tool.black]. Output must be the same on every machine.
-MODE = black.Mode(target_versions={black.TargetVersion.PY311}, line_length=120)
 
 
 def comment(text: str) -> str:
@@ -62,7 +60,7 @@ def module(
             api=API,
         )
     )
-    formatted = black.format_str(text, mode=MODE)
+    formatted = format_module(text, snap)
     compile(formatted, module_name, "exec")  # a template bug must fail here, not in the user's training run
     return formatted
 

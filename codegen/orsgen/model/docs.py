@@ -11,9 +11,9 @@ import re
 
 _SECTION = re.compile(r"^\s*(Args|Arguments|Parameters|Returns|Raises)\s*:\s*$")
 _ENTRY = re.compile(r"^(\s*)(\w+)\s*(?:\([^()]*\))?\s*:\s*(.*)$")
-_KEYWORDS = re.compile(r"(Args|Returns|Raises)\s*:")  # unanchored, like the parser's own
-_CHOICES = re.compile(r"\(\s*(choices)\s*:", re.IGNORECASE)
-MODIFIER_COLON = "\u02d0"  # looks like a colon, is not one to the parser
+_KEYWORDS = re.compile(r"(Args|Returns|Raises):")  # unanchored, exactly what the parser matches
+_CHOICES = re.compile(r"\((choices):", re.IGNORECASE)
+SPACED_COLON = " :"  # plain ASCII the model reads as a colon; the parser only knows `Args:` and `(choices:`
 
 
 def split(text: str) -> tuple[str, dict[str, str], str]:
@@ -51,8 +51,8 @@ def split(text: str) -> tuple[str, dict[str, str], str]:
 
 def neutralise(text: str) -> str:
     """Text `get_json_schema` reads as prose only: no section headers, no `(choices: ...)`."""
-    text = _KEYWORDS.sub(lambda m: m.group(1) + MODIFIER_COLON, text)
-    return _CHOICES.sub(lambda m: "(" + m.group(1) + MODIFIER_COLON, text)
+    text = _KEYWORDS.sub(lambda m: m.group(1) + SPACED_COLON, text)
+    return _CHOICES.sub(lambda m: "(" + m.group(1) + SPACED_COLON, text)
 
 
 def one_line(text: str) -> str:

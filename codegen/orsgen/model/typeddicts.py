@@ -22,26 +22,21 @@ class Hints:
     fields: dict[str, str] = field(default_factory=dict)  # wire property name -> annotation source
 
 
+# dmcg's code for a schema, by the schema's JSON with the root title left out (its place kept), made with the stand-in
+# root name: tools whose schemas differ only in their title (the 100-tool benchmark has 40 such tools and 2 schemas)
+# share one dmcg run. dmcg treats the root name as opaque (tests/test_generation_speed.py checks that on the corpora).
+_STAND_IN = "OrsgenStandInRootArgs"
+_generated: dict[str, str] = {}
+
+
 def for_tool(prefix: str, schema: dict[str, Any]) -> Hints:
     """TypedDict classes for one tool's parameter schema; raises ValueError when dmcg cannot make them."""
-    from datamodel_code_generator import DataModelType, InputFileType, LiteralType, generate
-
     root = f"{prefix}Args"
     try:
-        with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
-            warnings.simplefilter("ignore")
-            code = generate(
-                json.dumps({**schema, "title": root}),
-                input_file_type=InputFileType.JsonSchema,
-                output_model_type=DataModelType.TypingTypedDict,
-                enum_field_as_literal=LiteralType.All,
-                disable_timestamp=True,
-                formatters=[],
-                class_name=root,
-            )
+        code = _code(schema, root)
     except Exception as exc:  # noqa: BLE001 - dmcg raises many types; the IDE hints are optional
         raise ValueError(f"datamodel-code-generator: {type(exc).__name__}: {exc}") from None
-    tree = ast.parse(str(code))
+    tree = ast.parse(code)
     defined = [n.name for n in tree.body if isinstance(n, ast.ClassDef)]
     defined += [d for d in map(_defines, tree.body) if d is not None and d not in defined]
     names = {n: n if n.startswith(prefix) else prefix + n for n in defined}
@@ -55,6 +50,36 @@ def for_tool(prefix: str, schema: dict[str, Any]) -> Hints:
         else:
             hints.classes.append(ast.unparse(node))
     return hints
+
+
+def _code(schema: dict[str, Any], root: str) -> str:
+    key = json.dumps({**schema, "title": None})
+    if _STAND_IN in key or root in key or _STAND_IN in root:  # the names could meet: no sharing
+        return _generate({**schema, "title": root}, root)
+    if key not in _generated:
+        try:
+            _generated[key] = _generate({**schema, "title": _STAND_IN}, _STAND_IN)
+        except Exception:  # noqa: BLE001 - not kept: run again under the real name (its message names the tool)
+            return _generate({**schema, "title": root}, root)
+    return _generated[key].replace(_STAND_IN, root)
+
+
+def _generate(schema: dict[str, Any], root: str) -> str:
+    from datamodel_code_generator import DataModelType, InputFileType, LiteralType, generate
+
+    with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
+        warnings.simplefilter("ignore")
+        return str(
+            generate(
+                json.dumps(schema),
+                input_file_type=InputFileType.JsonSchema,
+                output_model_type=DataModelType.TypingTypedDict,
+                enum_field_as_literal=LiteralType.All,
+                disable_timestamp=True,
+                formatters=[],
+                class_name=root,
+            )
+        )
 
 
 class _Rename(ast.NodeTransformer):

@@ -50,7 +50,7 @@ def close_all() -> None:
         adapter._close()
     for pinned in {id(a.pinned): a.pinned for a in list(_live)}.values():
         for left in pinned.ahead.drain():
-            left.add_done_callback(_close_when_open)
+            _end_in_background(None, left)
     running = client._loop
     if running is not None and not running.stopped:
         concurrent.futures.wait(list(running.closing), timeout=client.timeout("close"))
@@ -150,6 +150,9 @@ class Adapter:
         episode: a warning, every tool call fails, ``get_reward()`` is None. ``start_failures = "raise"`` raises
         instead; ``max_start_failures`` failures in a row stop the run.
 
+        Inside a GRPOTrainer batch, the first reset of a group opens the sessions of the group's following resets
+        at once (``open_ahead``); they take them, so a group pays about one reset.
+
         With ``open_in_background = True`` and a row holding ``task_prompt`` (``dataset(prompts=True)``), the pinned
         prompt is returned at once and the session opens in the background; the first tool call waits for it. A live
         prompt that differs voids the episode (``prompt_mismatch`` then holds it).
@@ -170,7 +173,7 @@ class Adapter:
         key = (id(self.pinned), self._url, self._api_key, id(self._secrets), split, index)
         if batch is not None and batch.index == 0:  # a new batch: what the last one left is closed (and counted)
             for left in self.pinned.ahead.drain():
-                left.add_done_callback(_close_when_open)
+                _end_in_background(None, left)
         future = self.pinned.ahead.take(key) if self._opens_ahead() else None
         if future is None:
             future = loop.submit(self._open(env, split, index))
@@ -332,7 +335,7 @@ class Adapter:
             session, live = opening.result(timeout=client.timeout("reset"))
         except Exception as exc:  # noqa: BLE001
             if isinstance(exc, concurrent.futures.TimeoutError):
-                opening.add_done_callback(_close_when_open)
+                _end_in_background(None, opening)  # closed once it does open
             self._start_failed(self._episode_split, self.task_index or 0, exc)
             return None
         self._session = session
@@ -372,13 +375,8 @@ class Adapter:
         opening, self._opening = self._opening, None
         if session is None and opening is None:
             return
-        running = client._loop
-        if running is None or running.stopped:
-            return
-        future = running.submit(_end(session, opening))
-        running.closing.add(future)
-        future.add_done_callback(running.closing.discard)
-        if wait:
+        future = _end_in_background(session, opening)
+        if wait and future is not None:
             with contextlib.suppress(Exception):  # the server reaps what it was not told
                 future.result(timeout=client.timeout("close"))
 
@@ -389,15 +387,17 @@ class Adapter:
             pass
 
 
-def _close_when_open(opening: concurrent.futures.Future[Any]) -> None:
-    """A background opening that outlived its wait: close the session if it does open."""
-    try:
-        session, _ = opening.result()
-    except BaseException:  # noqa: BLE001
-        return
+def _end_in_background(
+    session: AsyncSession | None, opening: concurrent.futures.Future[Any] | None
+) -> concurrent.futures.Future[None] | None:
+    """Close a session (or one still opening) on the runtime's loop, tracked so close_all() and exit wait for it."""
     running = client._loop
-    if running is not None and not running.stopped:
-        running.submit(_end(session, None))
+    if running is None or running.stopped:
+        return None  # the loop is gone (interpreter exit): the server reaps the session
+    future = running.submit(_end(session, opening))
+    running.closing.add(future)
+    future.add_done_callback(running.closing.discard)
+    return future
 
 
 def _payload(arguments: dict[str, Any]) -> dict[str, Any]:

@@ -171,7 +171,7 @@ class Hostile(runtime.Adapter):
         """Ends the docstring early? \"\"\" ''' \\ \x00
 
         Args:
-            class_: a keyword Argsː fake: arg (default: \"\\\"\\\"\\\"\\\\\")
+            class_: a keyword Args : fake: arg (default: \"\\\"\\\"\\\"\\\\\")
             self_: __import__('os')
             a_b: a_b
             a_b_2: a_b_2
@@ -179,7 +179,7 @@ class Hostile(runtime.Adapter):
             emoji: (examples: [\"#\",\"\\n\"])
 
         Returns:
-            nothing (choicesː [1])
+            nothing (choices : [1])
         """
         return self._call(
             'say"""; import os; os.system("touch /tmp/pwned") #',

@@ -637,7 +637,7 @@ class Rich(runtime.Adapter):
 
         Args:
             path: the path to read
-            note: First line second line (choicesː [\"a\"])
+            note: First line second line (choices : [\"a\"])
 
         Returns:
             nothing useful

@@ -1,0 +1,491 @@
+"""TRL's AsyncGRPOTrainer rollout worker, run for real against a live ORS server through a generated `--async-tools`
+adapter, with a scripted `/v1/completions` server standing in for vLLM (tests/harness/completions.py).
+
+What runs is TRL's own code: `_child_main` -> `_AsyncRolloutLoop` (dispatch, `reset` in its tool thread pool, async
+tools awaited on its event loop, `get_reward`, scoring, the mp queues), in a thread of the test process so the adapter
+instances can be inspected; and, in the last test, `AsyncRolloutWorker` itself with its spawned child process. The only
+thing bypassed is `is_vllm_available()` in `AsyncRolloutWorker.__init__` (vLLM cannot run here); the worker's HTTP
+client talks to the scripted server exactly as it talks to vLLM (it calls nothing but `POST /v1/completions`).
+"""
+
+import asyncio
+import contextlib
+import inspect
+import itertools
+import json
+import multiprocessing as mp
+import os
+import queue
+import sys
+import threading
+import time
+from typing import Any, ClassVar
+
+import pytest
+
+from examples import serve, tiny
+from examples.demo import tool_methods
+from tests.conftest import load, orsgen
+from tests.harness.completions import serving
+
+QUESTIONS = {0: ("What is 2+2?", "4"), 1: ("Capital of France?", "Paris"), 2: ("3*3?", "9")}  # tests/envs/quiz.py
+
+
+# -- servers and adapters ------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def faulty_async(tmp_path_factory):
+    """The faulty environment served live, and its adapter generated with --async-tools."""
+    with serve.running("tests.envs.faulty:Faulty") as server:
+        out = tmp_path_factory.mktemp("agrpo") / "faulty_async.py"
+        made = orsgen(server.url, "--async-tools", "-o", str(out))
+        assert made.returncode == 0, made.stderr
+        yield server, out
+
+
+@pytest.fixture(scope="module")
+def quiz_async(tmp_path_factory):
+    """The quiz environment (rewards 1.0 / -0.5) served live; its --async-tools adapter in an importable folder."""
+    with serve.running("tests.envs.quiz:Quiz", env={"ORSGEN_COUNT_REQUESTS": "1"}) as server:
+        folder = tmp_path_factory.mktemp("agrpo_quiz")
+        out = folder / "agrpo_quiz_adapter.py"
+        made = orsgen(server.url, "--async-tools", "-o", str(out))
+        assert made.returncode == 0, made.stderr
+        yield server, out
+
+
+def instrumented(adapter_class: type, **class_attributes: Any) -> type:
+    """A subclass that records, per episode, the reset (thread, row, task), every tool call (thread, event loop, start
+    and end), and get_reward(). Only underscore members and the two TRL-reserved names are touched, so the tools TRL
+    finds on it are exactly the generated ones."""
+
+    class Instrumented(adapter_class):  # type: ignore[misc, valid-type]
+        events: ClassVar[list[dict[str, Any]]] = []
+        _lock: ClassVar[threading.Lock] = threading.Lock()
+        _episodes: ClassVar[Any] = itertools.count()
+        _episode: int = -1
+
+        def _log(self, **event: Any) -> None:
+            with self._lock:
+                self.events.append({"adapter": id(self), "episode": self._episode,
+                                    "thread": threading.current_thread().name, **event})
+
+        def reset(self, **row: Any) -> Any:
+            started = time.monotonic()
+            self._episode = next(self._episodes)
+            try:
+                prompt = super().reset(**row)
+            except BaseException as exc:
+                self._log(kind="reset", row_task=row.get("task_index"), error=exc, start=started, end=time.monotonic())
+                raise
+            self._log(kind="reset", row_task=row.get("task_index"), task_index=self.task_index, prompt=prompt,
+                      start=started, end=time.monotonic())
+            return prompt
+
+        async def _acall(self, name: str, arguments: dict[str, Any]) -> Any:
+            started = time.monotonic()
+            loop = asyncio.get_running_loop()
+            try:
+                result = await super()._acall(name, arguments)
+            except Exception as exc:
+                self._log(kind="tool", name=name, arguments=arguments, loop=loop, error=str(exc), start=started,
+                          end=time.monotonic(), task_index=self.task_index)
+                raise
+            self._log(kind="tool", name=name, arguments=arguments, loop=loop, result=result, start=started,
+                      end=time.monotonic(), task_index=self.task_index)
+            return result
+
+        def get_reward(self) -> float | None:
+            value = super().get_reward()
+            self._log(kind="reward", value=value, task_index=self.task_index, void=self._void,
+                      mismatch=self.prompt_mismatch, at=time.monotonic())
+            return value
+
+    for key, value in class_attributes.items():
+        setattr(Instrumented, key, value)
+    Instrumented.__name__ = Instrumented.__qualname__ = class_attributes.get("__name__", adapter_class.__name__)
+    return Instrumented
+
+
+# -- running TRL's worker ------------------------------------------------------------------------------------------
+
+
+class Run:
+    """One run of TRL's `_child_main` (the body of AsyncRolloutWorker's child) in a thread of this process."""
+
+    def __init__(self) -> None:
+        self.loop: Any = None  # the `_AsyncRolloutLoop` instance
+        self.samples: list[Any] = []
+        self.error: BaseException | None = None
+        self.started = 0.0
+        self.stopped_in = 0.0
+        self.finished = 0.0
+        self.exception_info: tuple[str, str, str] | None = None
+        self.failed = False
+        self.metrics: list[dict[str, Any]] = []
+
+
+def run_worker(until, *, timeout: float, **loop_kwargs: Any) -> Run:
+    """Start the worker with the shared objects AsyncRolloutWorker makes, read its rollout buffer until
+    `until(samples)`, then stop it the way the trainer does (the mp stop event) and wait for it to finish."""
+    from trl.experimental.async_grpo import async_rollout_worker as arw
+
+    run = Run()
+
+    class Loop(arw._AsyncRolloutLoop):  # the worker's loop class as is; only keeps a handle on the instance
+        def __init__(self, **kwargs: Any) -> None:
+            super().__init__(**kwargs)
+            run.loop = self
+
+    ctx = mp.get_context("spawn")
+    rollout_buffer, version, stop = ctx.Queue(), ctx.Value("i", 0), ctx.Event()
+    ready, heartbeat, failed = ctx.Event(), ctx.Value("d", time.time()), ctx.Event()
+    exception_info, metrics = ctx.Queue(maxsize=1), ctx.Queue(maxsize=4096)
+    loop_kwargs.setdefault("dataset_start_index", 0)
+    loop_kwargs.setdefault("queue_maxsize", 0)
+
+    def child() -> None:
+        try:
+            arw._child_main(Loop, loop_kwargs, rollout_buffer, version, stop, ready, heartbeat, failed,
+                            exception_info, metrics)
+        except BaseException as exc:  # noqa: BLE001 - what the child process would die of
+            run.error = exc
+
+    saved_env = dict(os.environ)  # _child_main scrubs CUDA/torchrun variables: it believes it is a fresh process
+    thread = threading.Thread(target=child, name="grpo-worker-under-test", daemon=True)
+    run.started = time.monotonic()
+    with contextlib.redirect_stderr(sys.stdout):  # _child_main prints the traceback of a failure
+        thread.start()
+        try:
+            assert ready.wait(60), "the worker did not get ready"
+            deadline = time.monotonic() + timeout
+            while not until(run.samples):
+                if not thread.is_alive():
+                    break
+                assert time.monotonic() < deadline, f"only {len(run.samples)} samples after {timeout}s"
+                with contextlib.suppress(queue.Empty):
+                    run.samples.append(rollout_buffer.get(timeout=0.2))
+        finally:
+            run.finished = time.monotonic()
+            stop.set()
+            stopping = time.monotonic()
+            thread.join(timeout=60)
+            run.stopped_in = time.monotonic() - stopping
+            os.environ.clear()
+            os.environ.update(saved_env)
+    assert not thread.is_alive(), "the worker did not stop"
+    run.failed = failed.is_set()
+    with contextlib.suppress(queue.Empty):
+        run.exception_info = exception_info.get(timeout=1)
+    while True:
+        try:
+            run.metrics.append(metrics.get(timeout=0.2))
+        except queue.Empty:
+            break
+    return run
+
+
+def groups(samples: list[Any]) -> dict[int, list[Any]]:
+    out: dict[int, list[Any]] = {}
+    for sample in samples:
+        out.setdefault(sample.group_id, []).append(sample)
+    return out
+
+
+def complete_groups(n_groups: int, per_group: int):
+    return lambda samples: all(len(groups(samples).get(g, [])) >= per_group for g in range(n_groups))
+
+
+def user_text(prompt_text: str) -> str:
+    """The last user message of a rendered prompt (tiny's chat format)."""
+    return prompt_text.rsplit("<|user|>", 1)[-1].split("<|eot|>", 1)[0]
+
+
+def tool_contents(completion: list[dict[str, Any]]) -> list[str]:
+    return [m["content"] for m in completion if m["role"] == "tool"]
+
+
+# -- the tests -----------------------------------------------------------------------------------------------------
+
+
+def test_worker_rolls_out_groups_on_their_tasks_and_takes_rewards_from_get_reward(quiz_async):
+    server, path = quiz_async
+    before = set(server.open_sessions())
+    mod = load(path)
+    Quiz = instrumented(mod.Quiz)
+    train = mod.dataset()  # 3 tasks: prompt, task_index, split, answer/question/topic
+    assert list(train["task_index"]) == [0, 1, 2]
+    probe = mod.Quiz()
+    conversations = [tiny.conversation(q, "answer", {"answer": a}, "correct") for q, a in QUESTIONS.values()]
+    conversations += [tiny.conversation(q, "answer", {"answer": "nope"}, "wrong") for q, _ in QUESTIONS.values()]
+    tok = tiny.tokenizer(conversations, tool_methods(probe))
+    answers = {q: a for q, a in QUESTIONS.values()}
+    seen: dict[str, int] = {}
+    lock = threading.Lock()
+
+    def script(prompt_text: str) -> str:
+        if "<|tool|>" in prompt_text:  # the tool answered: the episode is over
+            return "done<|eot|>"
+        question = user_text(prompt_text)
+        with lock:
+            n = seen[question] = seen.get(question, -1) + 1
+        return tiny.call_text("answer", {"answer": answers[question] if n % 2 == 0 else "nope"})  # right, wrong, ...
+
+    with serving(tok, script) as completions:
+        run = run_worker(
+            complete_groups(3, 4), timeout=90,
+            model_name="tiny", dataset=train, reward_funcs=[], processing_class=tok,
+            eos_token_ids=[tok.eos_token_id], environment_factory=Quiz, num_generations=4, max_inflight_tasks=12,
+            vllm_server_url=completions.url, max_tokens=64, max_tool_calling_iterations=2,
+        )
+    mod.close_all()
+    assert set(server.open_sessions()) - before == set()  # the worker's pooled adapters, closed by close_all()
+    print(f"worker ready to {len(run.samples)} samples: {run.finished - run.started:.1f}s, stop: {run.stopped_in:.1f}s")
+    assert run.error is None and not run.failed, run.exception_info
+
+    # The worker called nothing but /v1/completions, with token ids, asking for token ids and logprobs back.
+    assert completions.other_paths == []
+    first = completions.requests[0].payload
+    assert isinstance(first["prompt"], list) and all(isinstance(i, int) for i in first["prompt"])
+    assert (first["model"], first["n"], first["return_token_ids"], first["logprobs"]) == ("tiny", 1, True, 0)
+
+    # The tools TRL offered are the generated async ones; the reward column is the adapter class's.
+    loop = run.loop
+    assert sorted(t.__name__ for t in loop._env_tools[None]) == sorted(t.__name__ for t in tool_methods(probe))
+    assert all(inspect.iscoroutinefunction(t) for t in loop._env_tools[None])
+    assert loop.reward_func_names == ["Quiz"]
+
+    events = Quiz.events
+    resets = [e for e in events if e["kind"] == "reset"]
+    calls = [e for e in events if e["kind"] == "tool"]
+    rewards = [e for e in events if e["kind"] == "reward"]
+    assert len(resets) >= 12 and len(calls) >= 12 and len(rewards) >= 12
+    # reset() ran in the worker's tool thread pool; the async tools were awaited on the worker's own event loop.
+    assert {e["thread"].split("_")[0] for e in resets} == {"grpo-tool"}
+    assert all(e["loop"] is loop._loop and e["thread"] == "grpo-worker-under-test" for e in calls)
+    # Every reset opened the task its row named (the pool reuses adapters, each reset is a fresh episode).
+    assert all(e["task_index"] == e["row_task"] and "error" not in e for e in resets)
+    assert len({e["adapter"] for e in resets}) <= 12  # construct once, reset often
+
+    by_group = groups(run.samples)
+    for group_id in range(3):
+        rows = by_group[group_id]
+        task = train[group_id]["task_index"]  # _repeat_iterator: group g is row g of the dataset
+        question, _ = QUESTIONS[task]
+        assert len(rows) == 4
+        outcomes = []
+        for sample in rows:
+            # The prompt the model saw is the live prompt of the session reset() opened: the row's task.
+            assert sample.prompt[-1]["content"] == question
+            # The server judged the answer against that session's task, and get_reward() reached the sample.
+            (result,) = tool_contents(sample.completion)
+            expected = {"correct": 1.0, "wrong": -0.5}[result]
+            assert sample.metrics["rewards/Quiz"] == expected == sample.metrics["reward"]
+            assert (sample.advantage > 0) == (expected > 0)
+            assert sample.completion[0]["tool_calls"][0]["function"]["name"] == "answer"
+            assert sample.completion_mask.sum() > 0 and len(sample.old_log_probs) == len(sample.input_ids)
+            outcomes.append(result)
+        assert sorted(outcomes) == ["correct", "correct", "wrong", "wrong"]
+    # The values TRL scored are exactly what get_reward() returned, episode by episode.
+    first_wave = sorted(e["episode"] for e in resets)[:12]  # the 12 rollouts of groups 0-2 (12 slots)
+    returned = sorted(e["value"] for e in rewards if e["episode"] in first_wave)
+    assert returned == sorted(s.metrics["rewards/Quiz"] for s in run.samples if s.group_id < 3)
+    tool_metrics = [m for m in run.metrics if "tools/answer/call_total" in m]
+    assert sum(m["tools/answer/call_total"] for m in tool_metrics) >= 12
+    assert not any(m.get("tools/answer/failure_total") for m in run.metrics)
+
+
+def test_a_slow_session_start_or_slow_tool_does_not_hold_back_other_rollouts(faulty_async):
+    _, path = faulty_async
+    mod = load(path)
+    # Task 5 takes 8 s to start: opened in the background, reset() returns the pinned prompt at once.
+    Faulty = instrumented(mod.Faulty, open_in_background=True, unscored_reward=0.25, __name__="BackgroundFaulty")
+    train = mod.dataset(indices=[5, 0, 1, 2], prompts=True)
+    assert list(train["task_prompt"]) == [f"faulty task {i}" for i in (5, 0, 1, 2)]
+    probe = mod.Faulty()
+    conversations = [tiny.conversation(f"faulty task {i}", "slow", {"seconds": s}, f"slept {float(s)}")
+                     for i, s in ((0, 0.2), (1, 3), (2, 0.2), (5, 0.2))]
+    tok = tiny.tokenizer(conversations, tool_methods(probe))
+    by_task = {0: 0.2, 1: 3, 2: 0.2, 5: 0.2}
+    seconds = {f"faulty task {task}": s for task, s in by_task.items()}
+
+    def script(prompt_text: str) -> str:
+        if "<|tool|>" in prompt_text:
+            return "done<|eot|>"
+        return tiny.call_text("slow", {"seconds": seconds[user_text(prompt_text)]})
+
+    with serving(tok, script) as completions:
+        run = run_worker(
+            complete_groups(4, 2), timeout=90,
+            model_name="tiny", dataset=train, reward_funcs=[], processing_class=tok,
+            eos_token_ids=[tok.eos_token_id], environment_factory=Faulty, num_generations=2, max_inflight_tasks=8,
+            vllm_server_url=completions.url, max_tokens=64, max_tool_calling_iterations=1,
+        )
+    mod.close_all()
+    print(f"worker ready to {len(run.samples)} samples: {run.finished - run.started:.1f}s, stop: {run.stopped_in:.1f}s")
+    assert run.error is None and not run.failed, run.exception_info
+    assert completions.other_paths == []
+
+    events = Faulty.events
+    first_wave = sorted({e["episode"] for e in events if e["kind"] == "reset"})[:8]  # the 8 rollouts of groups 0-3
+    resets = {e["episode"]: e for e in events if e["kind"] == "reset" and e["episode"] in first_wave}
+    calls = {e["episode"]: e for e in events if e["kind"] == "tool" and e["episode"] in first_wave}
+    assert sorted(e["task_index"] for e in resets.values()) == [0, 0, 1, 1, 2, 2, 5, 5]
+    assert all(e["task_index"] == e["row_task"] and e["thread"].startswith("grpo-tool") for e in resets.values())
+    assert all(e["prompt"] == f"faulty task {e['task_index']}" for e in resets.values())
+    assert all(e["loop"] is run.loop._loop for e in calls.values())
+    t0 = min(e["start"] for e in resets.values())
+    # Every reset returned at once, task 5's included (its session opens behind it): all 8 rollouts were in flight
+    # long before task 5's session could open.
+    assert all(e["end"] - e["start"] < 2.0 for e in resets.values())
+    assert max(e["end"] for e in resets.values()) - t0 < 4.0
+
+    def done(task: int) -> list[float]:
+        return [calls[ep]["end"] - t0 for ep, r in resets.items() if r["task_index"] == task]
+
+    fast, slow_tool, slow_start = done(0) + done(2), done(1), done(5)
+    timings = {"fast": fast, "slow tool (3 s)": slow_tool, "slow start (8 s)": slow_start}
+    print("tool calls finished, seconds after the first reset:", json.dumps(timings, default=lambda x: round(x, 2)))
+    assert max(fast) + 0.5 < min(slow_tool), timings  # not held back by the slow tool calls...
+    first, second = (calls[ep] for ep, r in resets.items() if r["task_index"] == 1)
+    assert first["start"] < second["end"] - 2.5 and second["start"] < first["end"] - 2.5  # 3 s calls side by side
+    assert min(slow_start) > 7.5, timings  # task 5's first call waited for its session...
+    assert max(fast) + 4 < min(slow_start), timings  # ...nor by the slow start: they finished well before it
+    # Task 5's tool calls were issued right away and awaited the session without blocking the loop.
+    assert all(calls[ep]["start"] - t0 < 4.0 for ep, r in resets.items() if r["task_index"] == 5)
+    for ep, r in resets.items():
+        assert calls[ep]["result"] == f"slept {float(by_task[r['task_index']])}"
+
+    # Results: each group's rollouts ran on the row's task; get_reward() (0.25: unscored, not voided) reached them.
+    by_group = groups(run.samples)
+    enqueued = {}
+    for group_id in range(4):
+        task = train[group_id]["task_index"]
+        rows = by_group[group_id]
+        assert len(rows) == 2
+        for sample in rows:
+            assert sample.prompt[-1]["content"] == f"faulty task {task}"
+            assert tool_contents(sample.completion) == [f"slept {float(by_task[task])}"]
+            assert sample.metrics["rewards/BackgroundFaulty"] == 0.25
+        enqueued[task] = max(s.enqueued_at for s in rows)
+    assert enqueued[0] + 4 < enqueued[5] and enqueued[2] + 4 < enqueued[5]  # wall clock, when scored
+    first_rewards = [e for e in events if e["kind"] == "reward" and e["episode"] in first_wave]
+    assert len(first_rewards) == 8 and all(e["void"] is None and e["mismatch"] is None for e in first_rewards)
+
+
+def test_rows_without_task_index_stop_the_worker_with_one_line(faulty_async):
+    from datasets import Dataset
+
+    _, path = faulty_async
+    mod = load(path)
+    Faulty = instrumented(mod.Faulty)
+    probe = mod.Faulty()
+    tok = tiny.tokenizer([tiny.conversation("faulty task 0", "slow", {"seconds": 0}, "slept 0.0")],
+                         tool_methods(probe))
+    bare = Dataset.from_dict({"prompt": [[{"role": "user", "content": "go"}]] * 2})  # no task_index column
+
+    with serving(tok, lambda text: tiny.call_text("slow", {"seconds": 0})) as completions:
+        run = run_worker(
+            lambda samples: False, timeout=30,
+            model_name="tiny", dataset=bare, reward_funcs=[], processing_class=tok,
+            eos_token_ids=[tok.eos_token_id], environment_factory=Faulty, num_generations=2, max_inflight_tasks=4,
+            vllm_server_url=completions.url, max_tokens=64,
+        )
+    mod.close_all()
+    assert isinstance(run.error, RuntimeError), run.error
+    message = str(run.error)
+    assert "\n" not in message and "train_dataset=dataset()" in message
+    assert "thread 'grpo-tool" in message  # it names where the reset ran
+    # What the trainer sees: the failure flag and the error on the exception queue (check_health raises from it).
+    assert run.failed
+    assert run.exception_info is not None and run.exception_info[:2] == ("RuntimeError", message)
+    assert run.samples == [] and completions.requests == []  # nothing was generated on a guessed task
+    (reset,) = [e for e in Faulty.events if e["kind"] == "reset"]
+    assert reset["row_task"] is None and isinstance(reset["error"], RuntimeError)
+
+
+def test_async_rollout_worker_in_its_spawned_child(quiz_async, monkeypatch):
+    """AsyncRolloutWorker as the trainer drives it: pickled kwargs, a spawned child, samples over the mp queue,
+    check_health(), stop(). The generated module is imported by name in the child (it must be importable there)."""
+    import importlib
+
+    from accelerate.state import PartialState
+    from datasets import Dataset
+    from trl.experimental.async_grpo import async_rollout_worker as arw
+
+    server, path = quiz_async
+    PartialState()  # the trainer's Accelerator does this; AsyncRolloutWorker.start() logs through accelerate
+    monkeypatch.setattr(arw, "is_vllm_available", lambda: True)  # the one bypass: vLLM cannot run here
+    monkeypatch.syspath_prepend(str(path.parent))  # spawn hands sys.path to the child
+    mod = importlib.import_module(path.stem)
+    train = mod.dataset()
+    probe = mod.Quiz()
+    conversations = [tiny.conversation(q, "answer", {"answer": a}, "correct") for q, a in QUESTIONS.values()]
+    tok = tiny.tokenizer(conversations, tool_methods(probe))
+    answers = {q: a for q, a in QUESTIONS.values()}
+
+    def script(prompt_text: str) -> str:
+        if "<|tool|>" in prompt_text:
+            return "done<|eot|>"
+        return tiny.call_text("answer", {"answer": answers[user_text(prompt_text)]})
+
+    common: dict[str, Any] = {
+        "model_name": "tiny", "reward_funcs": [], "processing_class": tok, "eos_token_ids": [tok.eos_token_id],
+        "environment_factory": mod.Quiz, "num_generations": 4, "max_inflight_tasks": 12, "max_tokens": 64,
+        "max_tool_calling_iterations": 2, "child_ready_timeout": 240,
+    }
+    before = set(server.open_sessions())
+    with serving(tok, script) as completions:
+        worker = arw.AsyncRolloutWorker(dataset=train, vllm_server_url=completions.url, **common)
+        started = time.monotonic()
+        worker.start()
+        ready = time.monotonic() - started
+        samples: list[Any] = []
+        try:
+            deadline = time.monotonic() + 120
+            while not complete_groups(3, 4)(samples):
+                worker.check_health(stale_after_s=60)
+                assert time.monotonic() < deadline, f"only {len(samples)} samples"
+                with contextlib.suppress(queue.Empty):
+                    samples.append(worker.rollout_buffer.get(timeout=0.5))
+            worker.check_health(stale_after_s=60)
+        finally:
+            child, stopping = worker._process, time.monotonic()
+            worker.stop()
+        stopped_in = time.monotonic() - stopping
+        print(f"spawned worker: ready in {ready:.1f}s, 3 groups in {stopping - started - ready:.1f}s, "
+              f"stopped in {stopped_in:.1f}s")
+        # stop() terminates a child that does not finish its in-flight rollouts within 15 s: no exit hook runs then.
+        assert child is not None and child.exitcode == 0, f"child exit code {child and child.exitcode} ({stopped_in:.0f}s)"
+
+        by_group = groups(samples)
+        for group_id in range(3):
+            question, _ = QUESTIONS[train[group_id]["task_index"]]
+            rows = by_group[group_id]
+            assert [s.prompt[-1]["content"] for s in rows] == [question] * 4
+            assert [tool_contents(s.completion) for s in rows] == [["correct"]] * 4
+            assert [s.metrics["rewards/Quiz"] for s in rows] == [1.0] * 4  # get_reward() in the child, per rollout
+        # The child closed its sessions when it exited (the runtime's exit hook runs in a spawned child too).
+        deadline = time.monotonic() + 30
+        while set(server.open_sessions()) - before and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert set(server.open_sessions()) - before == set()
+
+        # Rows without task_index: the child dies on the first reset; check_health() raises with the one line.
+        bare = Dataset.from_dict({"prompt": [[{"role": "user", "content": "go"}]] * 2})
+        worker = arw.AsyncRolloutWorker(dataset=bare, vllm_server_url=completions.url, **common)
+        asked = len(completions.requests)
+        worker.start()
+        try:
+            deadline = time.monotonic() + 60
+            with pytest.raises(RuntimeError, match="child has failed") as failure:
+                while time.monotonic() < deadline:
+                    worker.check_health(stale_after_s=60)
+                    time.sleep(0.2)
+        finally:
+            worker.stop()
+        cause = str(failure.value.__cause__)
+        first_line = cause.splitlines()[0]
+        assert first_line.startswith("RuntimeError: reset() without task_index") and "train_dataset=dataset()" in first_line
+        assert len(completions.requests) == asked  # nothing was generated
