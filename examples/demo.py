@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     start = time.time()
 
-    from orsgen import cli
+    from orsgen.cli import main as orsgen
 
     from examples import serve, tiny
 
@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     with serve.running("examples.echo:Echo") as server:
         print(f"[1] example ORS environment 'echo' served at {server.url}")
         path = out_dir / "echo_adapter.py"
-        if cli.main([server.url, "-o", str(path)]) != 0:
+        if orsgen([server.url, "-o", str(path)]) != 0:
             return 1
         module = load_module(path)
         print(f"[2] generated {path} (snapshot sha256 {module.SNAPSHOT_SHA256[:12]}...); the model sees:")

@@ -6,7 +6,7 @@ The port is fixed so that the URL pinned in the committed example module stays t
 
 import sys
 
-from orsgen import cli
+from orsgen.cli import main as orsgen
 
 from examples import serve
 
@@ -14,7 +14,7 @@ from examples import serve
 def main(argv: list[str]) -> int:
     port, *arguments = argv
     with serve.running("examples.echo:Echo", port=int(port)):
-        return cli.main(arguments)
+        return orsgen(arguments)
 
 
 if __name__ == "__main__":
