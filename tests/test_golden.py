@@ -36,3 +36,13 @@ def test_expected_outputs_pass_ruff_and_mypy():
     mypy = subprocess.run([sys.executable, "-m", "mypy", "--ignore-missing-imports", "--no-incremental", *paths],
                           check=False, capture_output=True, text=True)  # one run: the modules hold no runtime copies
     assert mypy.returncode == 0 and f"in {len(paths)} source files" in mypy.stdout, mypy.stdout
+
+
+def test_text_the_model_reads_is_clean():
+    """No escaped-quote JSON in reviewed code, an object's fields spelled out once per tool, no look-alike characters."""
+    text = (Path(__file__).parent / "golden" / "rich" / "expected.py").read_text()
+    assert '{\\"properties\\"' not in text and '{"properties":{"name":' in text
+    assert text.count('"description":"Human readable name"') == 1  # four arguments of `create` share the shape
+    assert "extra_items: Extra Items (object: the same fields as item)" in text
+    assert "\u02d0" not in (Path(__file__).parent / "golden" / "hostile" / "expected.py").read_text()
+    assert "(choices : [1])" in (Path(__file__).parent / "golden" / "hostile" / "expected.py").read_text()

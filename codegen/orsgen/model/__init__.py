@@ -161,6 +161,7 @@ def _tool(spec: dict[str, Any], taken: set[str], prefixes: set[str]) -> Tool:
     required: list[Any] = schema["required"] if isinstance(schema.get("required"), list) else []
     params: list[Param] = []
     py_taken: set[str] = set()
+    described: dict[str, str] = {}  # an object's fields, as described in the text -> the argument that has them
     for wire_param, prop in props.items():
         notes: list[str] = []
         node = converter.convert(prop, notes)
@@ -176,8 +177,9 @@ def _tool(spec: dict[str, Any], taken: set[str], prefixes: set[str]) -> Tool:
                 notes.append(f"{key}: {_json(resolved[key])}")
         if resolved.get("deprecated") is True:
             notes.append("deprecated")
-        doc = docs.one_line(" ".join(x for x in (text, f"({'; '.join(notes)})" if notes else "") if x))
         py = naming.unique(naming.parameter(wire_param), py_taken, naming.PARAM_RESERVED)
+        notes = [_once(note, py, described) for note in notes]
+        doc = docs.one_line(" ".join(x for x in (text, f"({'; '.join(notes)})" if notes else "") if x))
         params.append(Param(wire_param, py, node, wire_param in required, doc or py, tuple(notes)))
     attr = naming.unique(naming.identifier(wire, fallback="tool"), taken, naming.TOOL_RESERVED)
     body = docs.neutralise(description) or f"Call the {wire!r} tool."
@@ -217,3 +219,11 @@ def _first_text(prop: Any, resolved: dict[str, Any], fallback: str | None) -> st
 
 def _json(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+
+
+def _once(note: str, param: str, described: dict[str, str]) -> str:
+    """An object's fields are spelled out once per tool: a later argument of the same shape points to the first."""
+    if not note.startswith("object: ") or len(note) < 80:
+        return note
+    first = described.setdefault(note, param)
+    return note if first == param else f"object: the same fields as {first}"

@@ -61,13 +61,14 @@ def one_line(text: str) -> str:
 
 
 def literal(text: str) -> str:
-    """Body of a triple-quoted string literal holding `text` exactly: nothing in it can end the string."""
+    """Body of a triple-quoted string literal holding `text` exactly: nothing in it can end the string. A quote is
+    escaped only where it could: before another quote, or last (so JSON in a description stays readable)."""
     out = []
-    for ch in text:
+    for i, ch in enumerate(text):
         if ch == "\\":
             out.append("\\\\")
         elif ch == '"':
-            out.append('\\"')
+            out.append('\\"' if i + 1 == len(text) or text[i + 1] == '"' else '"')
         elif ch == "\n":
             out.append("\n")
         elif ch.isprintable() or ch == " ":

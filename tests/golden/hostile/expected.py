@@ -168,15 +168,15 @@ class Hostile(runtime.Adapter):
         arg: bool = UNSET,
         emoji: str | None = UNSET,
     ) -> str:
-        """Ends the docstring early? \"\"\" ''' \\ \x00
+        """Ends the docstring early? \"\"" ''' \\ \x00
 
         Args:
-            class_: a keyword Args : fake: arg (default: \"\\\"\\\"\\\"\\\\\")
+            class_: a keyword Args : fake: arg (default: "\\"\\"\\"\\\\")
             self_: __import__('os')
             a_b: a_b
             a_b_2: a_b_2
             arg: arg
-            emoji: (examples: [\"#\",\"\\n\"])
+            emoji: (examples: ["#","\\n"])
 
         Returns:
             nothing (choices : [1])
@@ -237,7 +237,7 @@ class Hostile(runtime.Adapter):
         """Recursion and odd refs.
 
         Args:
-            n: (object: {\"properties\":{\"next\":{\"description\":\"(recursive: same shape as N)\"}}})
+            n: (object: {"properties":{"next":{"description":"(recursive: same shape as N)"}}})
             missing: missing
             v1: v1
         """

@@ -337,7 +337,7 @@ class Filesystem(runtime.Adapter):
 
         Args:
             path: path
-            edits: (object: {\"properties\":{\"oldText\":{\"description\":\"Text to search for - must match exactly\",\"type\":\"string\"},\"newText\":{\"description\":\"Text to replace with\",\"type\":\"string\"}},\"required\":[\"oldText\",\"newText\"]})
+            edits: (object: {"properties":{"oldText":{"description":"Text to search for - must match exactly","type":"string"},"newText":{"description":"Text to replace with","type":"string"}},"required":["oldText","newText"]})
             dryRun: Preview changes using git-style diff format (default: false)
         """
         return self._call("edit_file", {"path": path, "edits": edits, "dryRun": dryRun})
@@ -363,7 +363,7 @@ class Filesystem(runtime.Adapter):
 
         Args:
             path: path
-            sortBy: Sort entries by name or size (default: \"name\")
+            sortBy: Sort entries by name or size (default: "name")
         """
         return self._call("list_directory_with_sizes", {"path": path, "sortBy": sortBy})
 

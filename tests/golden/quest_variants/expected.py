@@ -187,7 +187,7 @@ class Quest(runtime.Adapter):
         """List the letters guessed so far, in one of two orders.
 
         Args:
-            order: Order (default: \"alphabet\")
+            order: Order (default: "alphabet")
             reverse: Reverse (default: false)
         """
         return self._call("letters", {"order": order, "reverse": reverse})

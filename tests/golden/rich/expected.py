@@ -479,20 +479,20 @@ class Rich(runtime.Adapter):
         """Create an item from nested models.
 
         Args:
-            item: An item to create. (object: {\"properties\":{\"name\":{\"description\":\"Human readable name\",\"maxLength\":64,\"minLength\":1,\"type\":\"string\"},\"quantity\":{\"default\":1,\"description\":\"How many\",\"maximum\":1000,\"minimum\":0,\"type\":\"integer\"},\"price\":{\"exclusiveMinimum\":0,\"type\":\"number\"},\"kind\":{\"default\":\"book\",\"enum\":[\"book\",\"food\",\"tool\"],\"type\":\"string\"},\"address\":{\"anyOf\":[{\"properties\":{\"street\":{\"type\":\"string\"},\"city\":{\"default\":\"Paris\",\"type\":\"string\"}},\"required\":[\"street\"],\"type\":\"object\"},{\"type\":\"null\"}],\"default\":null}},\"required\":[\"name\",\"price\"]})
-            extra_items: Extra Items (object: {\"properties\":{\"name\":{\"description\":\"Human readable name\",\"maxLength\":64,\"minLength\":1,\"type\":\"string\"},\"quantity\":{\"default\":1,\"description\":\"How many\",\"maximum\":1000,\"minimum\":0,\"type\":\"integer\"},\"price\":{\"exclusiveMinimum\":0,\"type\":\"number\"},\"kind\":{\"default\":\"book\",\"enum\":[\"book\",\"food\",\"tool\"],\"type\":\"string\"},\"address\":{\"anyOf\":[{\"properties\":{\"street\":{\"type\":\"string\"},\"city\":{\"default\":\"Paris\",\"type\":\"string\"}},\"required\":[\"street\"],\"type\":\"object\"},{\"type\":\"null\"}],\"default\":null}},\"required\":[\"name\",\"price\"]})
-            lookup: Lookup (object: {\"properties\":{\"name\":{\"description\":\"Human readable name\",\"maxLength\":64,\"minLength\":1,\"type\":\"string\"},\"quantity\":{\"default\":1,\"description\":\"How many\",\"maximum\":1000,\"minimum\":0,\"type\":\"integer\"},\"price\":{\"exclusiveMinimum\":0,\"type\":\"number\"},\"kind\":{\"default\":\"book\",\"enum\":[\"book\",\"food\",\"tool\"],\"type\":\"string\"},\"address\":{\"anyOf\":[{\"properties\":{\"street\":{\"type\":\"string\"},\"city\":{\"default\":\"Paris\",\"type\":\"string\"}},\"required\":[\"street\"],\"type\":\"object\"},{\"type\":\"null\"}],\"default\":null}},\"required\":[\"name\",\"price\"]})
-            backup: (default: null; object: {\"properties\":{\"name\":{\"description\":\"Human readable name\",\"maxLength\":64,\"minLength\":1,\"type\":\"string\"},\"quantity\":{\"default\":1,\"description\":\"How many\",\"maximum\":1000,\"minimum\":0,\"type\":\"integer\"},\"price\":{\"exclusiveMinimum\":0,\"type\":\"number\"},\"kind\":{\"default\":\"book\",\"enum\":[\"book\",\"food\",\"tool\"],\"type\":\"string\"},\"address\":{\"anyOf\":[{\"properties\":{\"street\":{\"type\":\"string\"},\"city\":{\"default\":\"Paris\",\"type\":\"string\"}},\"required\":[\"street\"],\"type\":\"object\"},{\"type\":\"null\"}],\"default\":null}},\"required\":[\"name\",\"price\"]})
-            tree: (default: null; object: {\"properties\":{\"value\":{\"type\":\"integer\"},\"children\":{\"items\":{\"description\":\"(recursive: same shape as Node)\"},\"type\":\"array\"}},\"required\":[\"value\"]})
-            pet: Pet (default: null; object: {\"properties\":{\"pet_type\":{\"const\":\"cat\",\"type\":\"string\"},\"meows\":{\"default\":1,\"type\":\"integer\"}},\"required\":[\"pet_type\"]}; object: {\"properties\":{\"pet_type\":{\"const\":\"dog\",\"type\":\"string\"},\"barks\":{\"default\":1.0,\"type\":\"number\"}},\"required\":[\"pet_type\"]}; exactly one of the alternatives)
-            code: Code (default: \"AB-1\"; minLength: 4; pattern: \"^[A-Z]{2}-\\\\d+$\")
+            item: An item to create. (object: {"properties":{"name":{"description":"Human readable name","maxLength":64,"minLength":1,"type":"string"},"quantity":{"default":1,"description":"How many","maximum":1000,"minimum":0,"type":"integer"},"price":{"exclusiveMinimum":0,"type":"number"},"kind":{"default":"book","enum":["book","food","tool"],"type":"string"},"address":{"anyOf":[{"properties":{"street":{"type":"string"},"city":{"default":"Paris","type":"string"}},"required":["street"],"type":"object"},{"type":"null"}],"default":null}},"required":["name","price"]})
+            extra_items: Extra Items (object: the same fields as item)
+            lookup: Lookup (object: the same fields as item)
+            backup: (default: null; object: the same fields as item)
+            tree: (default: null; object: {"properties":{"value":{"type":"integer"},"children":{"items":{"description":"(recursive: same shape as Node)"},"type":"array"}},"required":["value"]})
+            pet: Pet (default: null; object: {"properties":{"pet_type":{"const":"cat","type":"string"},"meows":{"default":1,"type":"integer"}},"required":["pet_type"]}; object: {"properties":{"pet_type":{"const":"dog","type":"string"},"barks":{"default":1.0,"type":"number"}},"required":["pet_type"]}; exactly one of the alternatives)
+            code: Code (default: "AB-1"; minLength: 4; pattern: "^[A-Z]{2}-\\\\d+$")
             count: Count (default: 1; minimum: 0; maximum: 10)
-            title: A property literally named 'title' (default: \"untitled\")
-            from_: Wire name is the keyword 'from' (default: \"here\")
+            title: A property literally named 'title' (default: "untitled")
+            from_: Wire name is the keyword 'from' (default: "here")
             class_: Wire name is the keyword 'class'
             self_: Wire name is 'self'
             max_results: Wire name has a hyphen (default: 10; minimum: 1; maximum: 100)
-            color: Color (default: \"red\"; examples: [\"red\",\"blue\"])
+            color: Color (default: "red"; examples: ["red","blue"])
         """
         return self._call(
             "create",
@@ -529,7 +529,7 @@ class Rich(runtime.Adapter):
         """A tool named like the adapter's episode flag; it does not end the episode.
 
         Args:
-            reason: Reason (default: \"done\")
+            reason: Reason (default: "done")
         """
         return self._call("finished", {"reason": reason})
 
@@ -585,8 +585,8 @@ class Rich(runtime.Adapter):
 
         Args:
             query: Free-text query
-            mode: Search depth (default: \"fast\")
-            sort: Sort direction. (default: \"asc\")
+            mode: Search depth (default: "fast")
+            sort: Sort direction. (default: "asc")
             priority: Priority (default: 1)
             limit: Most results to return (default: null)
             required_nullable: Required but may be null
@@ -594,9 +594,9 @@ class Rich(runtime.Adapter):
             weights: Weight per field
             extras: Extras
             id_or_name: Id Or Name (default: 0)
-            pair: Pair (default: [0,\"a\"]; minItems: 2; maxItems: 2)
+            pair: Pair (default: [0,"a"]; minItems: 2; maxItems: 2)
             matrix: Matrix
-            only: Only (default: \"only\")
+            only: Only (default: "only")
             exact: Exact (default: false)
             threshold: Threshold (default: 0.5)
         """
@@ -633,11 +633,11 @@ class Rich(runtime.Adapter):
     web_search.__name__ = "web-search"  # the name the model sees and calls
 
     def weird_doc(self, *, path: str, note: str) -> str:
-        """Description with \"\"\"triple quotes\"\"\", 'single', a backslash \\ and {braces}.
+        """Description with \"\""triple quotes\"\"", 'single', a backslash \\ and {braces}.
 
         Args:
             path: the path to read
-            note: First line second line (choices : [\"a\"])
+            note: First line second line (choices : ["a"])
 
         Returns:
             nothing useful
