@@ -30,11 +30,16 @@ def timeout(kind: str) -> float:
     return float(os.environ.get(name, default))
 
 
+def _last(exc: BaseException) -> BaseException:
+    """A retry chain's last attempt (MaxRetriesError holds the attempts' errors, usually the same one several
+    times); any other error itself."""
+    errors = getattr(exc, "errors", None)
+    return errors[-1] if errors else exc
+
+
 def describe(exc: BaseException) -> str:
     """One readable line for an error, however the SDK formats it: the innermost cause of a retry chain, once."""
-    errors = getattr(exc, "errors", None)
-    if errors:  # MaxRetriesError: the attempts' errors, usually the same one several times
-        exc = errors[-1]
+    exc = _last(exc)
     text = str(exc) or type(exc).__name__
     if isinstance(getattr(exc, "status", None), int) and isinstance(getattr(exc, "message", None), str):
         text = f"HTTP {exc.status}: {exc.message}"  # type: ignore[attr-defined]  # aiohttp's: without the URL
@@ -47,17 +52,13 @@ def describe(exc: BaseException) -> str:
 
 def status(exc: BaseException) -> int | None:
     """The HTTP status behind an SDK error, if any (a retry chain: its last attempt)."""
-    errors = getattr(exc, "errors", None)
-    if errors:
-        exc = errors[-1]
+    exc = _last(exc)
     code = getattr(exc, "status", None)
     return code if isinstance(code, int) else None
 
 
 def retry_after(exc: BaseException) -> float | None:
-    errors = getattr(exc, "errors", None)
-    if errors:
-        exc = errors[-1]
+    exc = _last(exc)
     value = getattr(exc, "retry_after", None)
     return float(value) if isinstance(value, (int, float)) else None
 
