@@ -1,10 +1,9 @@
 """The fast formatting path (issue 12: generation under a second for 100 tools) changes no byte.
 
-`blackfast.format_module` lays the SNAPSHOT literal out itself and formats the class members one by one through a cache;
-`typeddicts` shares one datamodel-code-generator run between schemas that differ in their title only. Here every
-corpus file, golden case and the benchmark's 100-tool environment goes through both paths: the module text must be
-byte for byte what plain `black.format_str(text, mode=MODE)` makes of the whole, and the TypedDict code what a run
-under the tool's own root name makes. No timing here: see the report of issue 12 for the figures.
+`blackfast.format_module` lays the SNAPSHOT literal out itself and formats the class members one by one through a cache.
+Here every corpus file, golden case and the benchmark's 100-tool environment goes through both paths: the module text
+must be byte for byte what plain `black.format_str(text, mode=MODE)` makes of the whole. No timing here: the
+benchmark prints the figures.
 """
 
 import json
@@ -19,7 +18,6 @@ from hypothesis import strategies as st
 from orsgen import blackfast as render
 from orsgen import normalize, pipeline
 from orsgen import render as render_stage
-from orsgen.model import typeddicts
 from orsgen.source import Source, _snap
 
 from tests.conftest import ROOT
@@ -102,35 +100,6 @@ def test_snapshot_literal_refuses_what_is_not_json():
     assert render.literal_statement(render.SNAPSHOT_HEAD, {"a": (1, 2)}) is None
     assert render.literal_statement(render.SNAPSHOT_HEAD, {"a": float("nan")}) is None
     assert render.literal_statement(render.SNAPSHOT_HEAD, {1: 2}) is None
-
-
-# --- one dmcg run shared by schemas that differ in their title only ---------------------------------------------
-
-
-def structured_schemas() -> list[dict[str, Any]]:
-    found = []
-    for path in CORPORA + GOLDEN:
-        for tool in json.loads(path.read_text())["tools"]:
-            schema = tool.get("input_schema") or tool.get("inputSchema")
-            properties = json.dumps(schema.get("properties")) if isinstance(schema, dict) else ""
-            if any(word in properties for word in ('"object"', '"array"', '"$ref"', '"enum"')):
-                found.append(schema)
-    return found
-
-
-def test_shared_typeddict_runs_give_each_tools_own_code(monkeypatch):
-    monkeypatch.setattr(typeddicts, "_generated", {})
-    schemas = structured_schemas()
-    assert len(schemas) > 50
-    for schema in schemas:
-        typeddicts._code(schema, "FirstToolArgs")  # fills the shared run
-        try:
-            own = typeddicts._generate({**schema, "title": "SecondToolArgs"}, "SecondToolArgs")
-        except Exception:  # noqa: BLE001 - then the shared path must fail too
-            with pytest.raises(Exception):  # noqa: B017
-                typeddicts._code(schema, "SecondToolArgs")
-            continue
-        assert typeddicts._code(schema, "SecondToolArgs") == own
 
 
 def test_text_black_cannot_parse_gets_blacks_own_error():

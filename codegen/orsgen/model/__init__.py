@@ -96,7 +96,7 @@ def build(
 ) -> Adapter:
     """The adapter for `tools`; `task_tools` (the snapshot's, if any) adds one subclass per task-specific tool set."""
     taken: set[str] = set()  # attribute names, shared by the base class and its variants
-    prefixes: set[str] = set()  # TypedDict class name prefixes
+    prefixes: set[str] = {class_name, *naming.MODULE_NAMES}  # TypedDict class names and their tools' prefixes
     skipped: list[tuple[str, str]] = []
     seen: set[str] = set()
     adapter = Adapter(class_name, env, _tools(tools, taken, prefixes, skipped, seen), skipped)
@@ -192,10 +192,11 @@ def _tool(spec: dict[str, Any], taken: set[str], prefixes: set[str]) -> Tool:
 
 def _add_typeddicts(tool: Tool, schema: dict[str, Any], prefixes: set[str]) -> None:
     prefix = naming.unique(naming.class_name(tool.py_name), prefixes)
+    wanted = [p.wire_name for p in tool.params if p.type.structured()]
     try:
-        hints = typeddicts.for_tool(prefix, schema)
-    except ValueError as exc:
-        tool.warnings.append(f"no TypedDicts for type checkers ({exc})")
+        hints = typeddicts.for_tool(prefix, schema, wanted, prefixes)
+    except RecursionError:
+        tool.warnings.append("no TypedDicts for type checkers (the schema nests too deeply)")
         return
     tool.classes = hints.classes
     tool.params = [

@@ -1,19 +1,22 @@
-"""TypedDicts for arguments that are nested objects, made by datamodel-code-generator.
+"""TypedDicts for arguments that are nested objects, made from the same type nodes as the signatures.
 
 `get_json_schema` cannot read a TypedDict, so these live under `if TYPE_CHECKING:` only: type checkers and IDEs
 see the fields, TRL sees `dict[str, Any]` (with the fields described in the argument's text).
 """
 
 import ast
-import contextlib
-import io
 import json
-import warnings
+import keyword
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from orsgen.model import naming
+from orsgen.model.typemap import Converter, Node
+
 TYPING_NAMES = frozenset({"Any", "Literal", "NotRequired", "Optional", "Required", "TypeAlias", "Union"})
-EXTENSION_NAMES = frozenset({"TypedDict"})  # typing_extensions': dmcg may pass `closed=True`
+EXTENSION_NAMES = frozenset({"TypedDict"})  # from typing_extensions, under TYPE_CHECKING only
+_CLASS = "$orsgen-class"  # a recursive $ref, resolved to the class being built
 
 
 @dataclass
@@ -22,124 +25,113 @@ class Hints:
     fields: dict[str, str] = field(default_factory=dict)  # wire property name -> annotation source
 
 
-# dmcg's code for a schema, by the schema's JSON with the root title left out (its place kept), made with the stand-in
-# root name: tools whose schemas differ only in their title (the 100-tool benchmark has 40 such tools and 2 schemas)
-# share one dmcg run. dmcg treats the root name as opaque (tests/test_generation_speed.py checks that on the corpora).
-_STAND_IN = "OrsgenStandInRootArgs"
-_generated: dict[str, str] = {}
+@dataclass(frozen=True)
+class Named(Node):
+    """A TypedDict class defined by the module."""
+
+    name: str
+
+    def annotation(self) -> str:
+        return self.name
+
+    def structured(self) -> bool:
+        return True
 
 
-def for_tool(prefix: str, schema: dict[str, Any]) -> Hints:
-    """TypedDict classes for one tool's parameter schema; raises ValueError when dmcg cannot make them."""
-    root = f"{prefix}Args"
-    try:
-        code = _code(schema, root)
-    except Exception as exc:  # noqa: BLE001 - dmcg raises many types; the IDE hints are optional
-        raise ValueError(f"datamodel-code-generator: {type(exc).__name__}: {exc}") from None
-    tree = ast.parse(code)
-    defined = [n.name for n in tree.body if isinstance(n, ast.ClassDef)]
-    defined += [d for d in map(_defines, tree.body) if d is not None and d not in defined]
-    names = {n: n if n.startswith(prefix) else prefix + n for n in defined}
-    _Rename(names, root).visit(tree)
-    hints = Hints()
-    for node in tree.body:
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
-            continue
-        if _defines(node) == root:
-            hints.fields = _fields(node)
-        else:
-            hints.classes.append(ast.unparse(node))
-    return hints
+def for_tool(prefix: str, schema: dict[str, Any], wanted: list[str], taken: set[str]) -> Hints:
+    """The TypedDicts of the `wanted` properties of one tool's schema. Class names start with `prefix` and join
+    `taken`, which the module's tools share."""
+    hinter = _Hinter(root=schema, prefix=prefix, taken=taken)
+    props = schema.get("properties") or {}
+    fields = {}
+    for wire in wanted:
+        hinter.field_name = wire
+        fields[wire] = hinter.convert(props[wire], []).annotation()
+    return Hints(hinter.sources, fields)
 
 
-def _code(schema: dict[str, Any], root: str) -> str:
-    key = json.dumps({**schema, "title": None})
-    if _STAND_IN in key or root in key or _STAND_IN in root:  # the names could meet: no sharing
-        return _generate({**schema, "title": root}, root)
-    if key not in _generated:
+@dataclass
+class _Hinter(Converter):
+    """A converter whose objects with properties become TypedDict classes, one per `$ref` or per inline shape."""
+
+    prefix: str = ""
+    taken: set[str] = field(default_factory=set)
+    sources: list[str] = field(default_factory=list)  # in the order they are finished: a class after its fields'
+    names: dict[str, str] = field(default_factory=dict)  # $ref or the schema's JSON -> class name
+    building: set[str] = field(default_factory=set)  # classes whose fields are being made: named in quotes
+    field_name: str = ""  # the property being converted: names a class whose schema has no title
+
+    def resolve(self, node: Any, seen: tuple[str, ...]) -> tuple[Any, tuple[str, ...]]:
+        ref = node.get("$ref") if isinstance(node, dict) else None
+        if isinstance(ref, str) and ref in seen and ref in self.names:  # recursion: the class itself, not a cut
+            return {_CLASS: self.names[ref]}, seen
+        return super().resolve(node, seen)
+
+    def convert(self, node: Any, notes: list[str], seen: tuple[str, ...] = ()) -> Node:
+        s, after = self.resolve(node, seen)
+        if isinstance(s, dict) and _CLASS in s:
+            return Named(s[_CLASS])
+        if isinstance(s, dict) and _is_class(s):
+            return self.typed_dict(s, after[-1] if len(after) > len(seen) else None, after)
+        return super().convert(node, notes, seen)
+
+    def array(self, s: dict[str, Any], notes: list[str], seen: tuple[str, ...]) -> Node:
+        saved, self.field_name = self.field_name, _singular(self.field_name)
         try:
-            _generated[key] = _generate({**schema, "title": _STAND_IN}, _STAND_IN)
-        except Exception:  # noqa: BLE001 - not kept: run again under the real name (its message names the tool)
-            return _generate({**schema, "title": root}, root)
-    return _generated[key].replace(_STAND_IN, root)
+            return super().array(s, notes, seen)
+        finally:
+            self.field_name = saved
+
+    def typed_dict(self, s: dict[str, Any], ref: str | None, seen: tuple[str, ...]) -> Node:
+        key = ref or json.dumps(s, sort_keys=True, default=str)
+        if key in self.names:
+            return Named(self.names[key])
+        title = s.get("title") if isinstance(s.get("title"), str) else ""
+        base = naming.class_name(title or (ref.rsplit("/", 1)[-1] if ref else "") or self.field_name or "item")
+        name = naming.unique(self.prefix + base, self.taken)
+        self.names[key] = name
+        self.building.add(name)
+        required = s["required"] if isinstance(s.get("required"), list) else []
+        fields = []
+        saved = self.field_name
+        for wire, prop in s["properties"].items():
+            self.field_name = wire
+            annotation = self.convert(prop, [], seen).annotation()
+            if any(re.search(rf"\b{re.escape(n)}\b", annotation) for n in self.building):
+                annotation = repr(annotation)  # names a class not defined yet
+            fields.append((wire, annotation if wire in required else f"NotRequired[{annotation}]"))
+        self.field_name = saved
+        self.building.discard(name)
+        self.sources.append(_class_source(name, fields))
+        return Named(name)
 
 
-def _generate(schema: dict[str, Any], root: str) -> str:
-    from datamodel_code_generator import DataModelType, InputFileType, LiteralType, generate
-
-    with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
-        warnings.simplefilter("ignore")
-        return str(
-            generate(
-                json.dumps(schema),
-                input_file_type=InputFileType.JsonSchema,
-                output_model_type=DataModelType.TypingTypedDict,
-                enum_field_as_literal=LiteralType.All,
-                disable_timestamp=True,
-                formatters=[],
-                class_name=root,
-            )
-        )
+def _is_class(s: dict[str, Any]) -> bool:
+    """An object with properties, as `Converter.convert` would see it (enums and unions are read first)."""
+    if "const" in s or any(isinstance(s.get(k), list) and s[k] for k in ("enum", "anyOf", "oneOf")):
+        return False
+    props = s.get("properties")
+    return s.get("type", "object") == "object" and isinstance(props, dict) and bool(props)
 
 
-class _Rename(ast.NodeTransformer):
-    def __init__(self, names: dict[str, str], root: str) -> None:
-        self.names = names
-        self.root = root  # its fields become the parameters' annotations: those stay unquoted
-
-    def visit_Name(self, node: ast.Name) -> ast.Name:
-        node.id = self.names.get(node.id, node.id)
-        return node
-
-    def visit_ClassDef(self, node: ast.ClassDef) -> ast.ClassDef:
-        node.name = self.names.get(node.name, node.name)
-        self.generic_visit(node)
-        for statement in node.body:  # fields may name classes defined later (or themselves): quote them
-            if isinstance(statement, ast.AnnAssign) and node.name != self.root:
-                statement.annotation = _Quote(set(self.names.values())).visit(statement.annotation)
-        return node
-
-    def visit_Constant(self, node: ast.Constant) -> ast.Constant:  # string forward references
-        if isinstance(node.value, str) and node.value in self.names:
-            node.value = self.names[node.value]
-        return node
+def _class_source(name: str, fields: list[tuple[str, str]]) -> str:
+    used = {w for _, annotation in fields for w in re.findall(r"\w+", annotation)}
+    if all(w.isidentifier() and not keyword.iskeyword(w) and not w.startswith("__") and w not in used
+           for w, _ in fields):
+        return f"class {name}(TypedDict):\n" + "".join(f"    {w}: {a}\n" for w, a in fields)
+    # Keys a class body cannot hold (`from`, `a-b`), or that would shadow a type the fields use (`str`)
+    items = ", ".join(f"{w!r}: {a}" for w, a in fields)
+    return f"{name} = TypedDict({name!r}, {{{items}}})\n"
 
 
-class _Quote(ast.NodeTransformer):
-    def __init__(self, names: set[str]) -> None:
-        self.names = names
-
-    def visit_Name(self, node: ast.Name) -> ast.expr:
-        return ast.Constant(node.id) if node.id in self.names else node
-
-
-def _defines(node: ast.stmt) -> str | None:
-    if isinstance(node, ast.ClassDef):
-        return node.name
-    if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name):
-        return node.targets[0].id
-    if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
-        return node.target.id
-    return None
+def _singular(name: str) -> str:
+    """The name of a list's items: `edits` -> `edit`, `entries` -> `entry`; otherwise `<name>_item`."""
+    if name.endswith("ies") and len(name) > 3:
+        return name[:-3] + "y"
+    if name.endswith("s") and not name.endswith(("ss", "us", "is")) and len(name) > 1:
+        return name[:-1]
+    return f"{name}_item"
 
 
 def names_used(sources: list[str]) -> set[str]:
     return {n.id for src in sources for n in ast.walk(ast.parse(src)) if isinstance(n, ast.Name)}
-
-
-def _fields(node: ast.stmt) -> dict[str, str]:
-    """Property name -> annotation source, `NotRequired[...]` removed (the signature says what is optional)."""
-    pairs: list[tuple[str, ast.expr]] = []
-    if isinstance(node, ast.ClassDef):
-        pairs = [(s.target.id, s.annotation) for s in node.body if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)]
-    elif isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and len(node.value.args) > 1:
-        mapping = node.value.args[1]
-        if isinstance(mapping, ast.Dict):
-            pairs = [(k.value, v) for k, v in zip(mapping.keys, mapping.values, strict=True)
-                     if isinstance(k, ast.Constant) and isinstance(k.value, str)]
-    out = {}
-    for name, annotation in pairs:
-        if isinstance(annotation, ast.Subscript) and isinstance(annotation.value, ast.Name) and annotation.value.id in ("NotRequired", "Required"):
-            annotation = annotation.slice
-        out[name] = ast.unparse(annotation)
-    return out

@@ -22,7 +22,7 @@ api_key=..., secrets=...)`` (e.g. via ``functools.partial``), or with ``OPENREWA
 """
 
 import os
-from typing import TYPE_CHECKING, Any, Literal, NotRequired, TypeAlias
+from typing import TYPE_CHECKING, Any, Literal, NotRequired
 
 from orsgen import runtime
 
@@ -138,10 +138,6 @@ if TYPE_CHECKING:
 
     class DeepN(TypedDict):
         next: NotRequired["DeepN"]
-
-    DeepNope: TypeAlias = Any
-
-    DeepOld: TypeAlias = Literal["x"]
 
     _deep__n = DeepN
 else:

@@ -393,6 +393,17 @@ if TYPE_CHECKING:
         street: str
         city: NotRequired[str]
 
+    class CreateItem(TypedDict):
+        name: str
+        quantity: NotRequired[int]
+        price: float
+        kind: NotRequired[Literal["book", "food", "tool"]]
+        address: NotRequired[CreateAddress | None]
+
+    class CreateNode(TypedDict):
+        value: int
+        children: NotRequired["list[CreateNode]"]
+
     class CreateCat(TypedDict):
         pet_type: Literal["cat"]
         meows: NotRequired[int]
@@ -400,17 +411,6 @@ if TYPE_CHECKING:
     class CreateDog(TypedDict):
         pet_type: Literal["dog"]
         barks: NotRequired[float]
-
-    class CreateItem(TypedDict):
-        name: str
-        quantity: NotRequired[int]
-        price: float
-        kind: NotRequired[Literal["book", "food", "tool"]]
-        address: NotRequired["CreateAddress" | None]
-
-    class CreateNode(TypedDict):
-        value: int
-        children: NotRequired[list["CreateNode"]]
 
     _create__item = CreateItem
     _create__extra_items = list[CreateItem]
