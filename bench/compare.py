@@ -273,9 +273,14 @@ def bench_wide(rec: Recorder, server: BenchServer, workdir: Path, reps: int, gen
 # ---- a real GRPOTrainer on both sides ------------------------------------------------------------------------------
 
 GRPO_STEPS, GRPO_BATCH, GRPO_GROUP = 3, 8, 4  # 3 steps of 8 rollouts: 2 groups of 4 per step, one tool call each
-GRPO_TASKS = GRPO_STEPS * GRPO_BATCH // GRPO_GROUP  # the dataset is read in order: one task per group
-GRPO_ROW = "GRPO step (8 rollouts): environment time"
-GRPO_ROW_OFF = "GRPO step (8 rollouts): environment time, orsgen open-ahead off"
+GRPO_SMALL_GROUP = 2  # a second pass with smaller groups (4 of 2 per step): open-ahead has less to overlap
+
+
+def grpo_rows(group: int) -> tuple[str, str]:
+    """The row names of a GRPO pass: open-ahead on (orsgen's default), and off (the runtime before it)."""
+    size = "" if group == GRPO_GROUP else f", groups of {group}"
+    row = f"GRPO step ({GRPO_BATCH} rollouts{size}): environment time"
+    return row, row + ", orsgen open-ahead off"
 
 
 class EnvClock:
@@ -356,8 +361,9 @@ def _first_turn(i: int, prompt: str) -> str:
 class GrpoRun:
     """One `GRPOTrainer.train()` of GRPO_STEPS steps; per step: environment time, requests, sessions opened ahead."""
 
-    def __init__(self, server: BenchServer, tokenizer: Any, workdir: Path) -> None:
-        self.server, self.tokenizer, self.workdir = server, tokenizer, workdir
+    def __init__(self, server: BenchServer, tokenizer: Any, workdir: Path, group: int) -> None:
+        self.server, self.tokenizer, self.workdir, self.group = server, tokenizer, workdir, group
+        self.tasks = GRPO_STEPS * GRPO_BATCH // group  # the dataset is read in order: one task per group
 
     def train(self, train_dataset: Any, factory: Callable[[], Any], reward_funcs: Any,
               ahead: Callable[[], dict[str, int]], close: Callable[[Any], None], settle_s: float) -> dict[str, Any]:
@@ -379,7 +385,7 @@ class GrpoRun:
 
         torch.set_num_threads(1)
         config = tiny.grpo_config(str(self.workdir / "grpo"), GRPO_STEPS, per_device_train_batch_size=GRPO_BATCH,
-                                  num_generations=GRPO_GROUP, max_tool_calling_iterations=1)
+                                  num_generations=self.group, max_tool_calling_iterations=1)
         trainer = GRPOTrainer(model=tiny.model(self.tokenizer), processing_class=self.tokenizer, args=config,
                               train_dataset=train_dataset, environment_factory=timed_factory(factory, clock),
                               reward_funcs=reward_funcs, rollout_func=tiny.scripted_rollouts(_first_turn),
@@ -416,7 +422,7 @@ def run_orsgen(run: GrpoRun, adapter_path: Path, open_ahead: bool, settle_s: flo
     saved = os.environ.get("ORSGEN_OPEN_AHEAD")
     os.environ["ORSGEN_OPEN_AHEAD"] = "1" if open_ahead else "0"
     try:
-        return run.train(module.dataset(num_tasks=GRPO_TASKS), module.Bench, None,
+        return run.train(module.dataset(num_tasks=run.tasks), module.Bench, None,
                          lambda: {"opened": ahead.opened, "taken": ahead.taken, "unused": ahead.unused},
                          lambda trainer: module.close_all(), settle_s)
     finally:
@@ -429,7 +435,7 @@ def run_orsgen(run: GrpoRun, adapter_path: Path, open_ahead: bool, settle_s: flo
 def run_trl(run: GrpoRun, url: str, settle_s: float) -> dict[str, Any]:
     from trl.experimental.openreward import OpenRewardSpec
 
-    spec = OpenRewardSpec(url, num_tasks=GRPO_TASKS)
+    spec = OpenRewardSpec(url, num_tasks=run.tasks)
 
     def close(trainer: Any) -> None:
         for pool in trainer._environment_pool.values():
@@ -447,11 +453,12 @@ GRPO_SIDES = (("orsgen", True), ("orsgen, open-ahead off", False), ("TRL", None)
 
 
 def bench_grpo(rec: Recorder, server: BenchServer, url: str, adapter_path: Path, tokenizer: Any, workdir: Path,
-               runs: int, latency_ms: float, tag: str) -> list[dict[str, Any]]:
+               runs: int, latency_ms: float, tag: str, group: int) -> list[dict[str, Any]]:
     """`runs` trainings per side, the sides' order rotating run by run; steps 2.. of each run become samples (the
     first step pays one-offs on both sides: connections, orsgen's drift check). Returns every run, for the JSON."""
     settle_s = 0.1 + 3 * latency_ms / 1000
-    grpo = GrpoRun(server, tokenizer, workdir)
+    grpo = GrpoRun(server, tokenizer, workdir, group)
+    row_on, row_off = grpo_rows(group)
     done = []
     for r in range(runs):
         for name, open_ahead in GRPO_SIDES[r % 3:] + GRPO_SIDES[:r % 3]:
@@ -459,14 +466,14 @@ def bench_grpo(rec: Recorder, server: BenchServer, url: str, adapter_path: Path,
                 result = run_trl(grpo, url, settle_s)
             else:
                 result = run_orsgen(grpo, adapter_path, open_ahead, settle_s)
-            done.append({"side": name, "latency_ms": latency_ms, "run": r, **result})
+            done.append({"side": name, "latency_ms": latency_ms, "num_generations": group, "run": r, **result})
             for step in result["steps"][1:]:
                 extra = {k: v for k, v in step.items() if k.startswith("ahead_") or k.endswith("_ms") and k != "env_ms"}
                 if open_ahead is None:  # one TRL measurement, the reference of both orsgen rows
-                    rec.add(GRPO_ROW + tag, "TRL", step["env_ms"], step["requests"], extra)
-                    rec.add(GRPO_ROW_OFF + tag, "TRL", step["env_ms"], step["requests"], extra)
+                    rec.add(row_on + tag, "TRL", step["env_ms"], step["requests"], extra)
+                    rec.add(row_off + tag, "TRL", step["env_ms"], step["requests"], extra)
                 else:
-                    row = GRPO_ROW if open_ahead else GRPO_ROW_OFF
+                    row = row_on if open_ahead else row_off
                     rec.add(row + tag, "orsgen", step["env_ms"], step["requests"], extra)
             env_ms = ", ".join(f"{s['env_ms']:.0f}" for s in result["steps"])
             print(f"  {name}, run {r + 1}/{runs}: environment ms per step {env_ms}; requests per step "
@@ -633,14 +640,18 @@ def main() -> None:
                 generation_ms = bench_wide(rec, server, workdir, reps, slow_reps)
         tokenizer = None
         load_before = os.getloadavg()
-        for latency_ms, tag, _ in passes if grpo_runs else []:
-            print(f"pass: GRPOTrainer, {GRPO_STEPS} steps of {GRPO_BATCH} rollouts, injected latency {latency_ms:g} ms "
-                  f"per request, {grpo_runs} runs per side", flush=True)
+        # the smaller groups run with latency only: there open-ahead must still not lose to the runtime without it
+        grpo_passes = [(latency, tag, GRPO_GROUP) for latency, tag, _ in passes] + [
+            (latency, tag, GRPO_SMALL_GROUP) for latency, tag, _ in passes[1:]]
+        for latency_ms, tag, group in grpo_passes if grpo_runs else []:
+            print(f"pass: GRPOTrainer, {GRPO_STEPS} steps of {GRPO_BATCH} rollouts, num_generations {group}, injected "
+                  f"latency {latency_ms:g} ms per request, {grpo_runs} runs per side", flush=True)
             with serving("bench", port, latency_ms) as server:
                 if not adapter_path.exists():
                     generate(url, adapter_path)
                 tokenizer = tokenizer or grpo_tokenizer(adapter_path)
-                grpo_log += bench_grpo(rec, server, url, adapter_path, tokenizer, workdir, grpo_runs, latency_ms, tag)
+                grpo_log += bench_grpo(rec, server, url, adapter_path, tokenizer, workdir, grpo_runs, latency_ms, tag,
+                                       group)
 
     rows = summarize(rec)
     meta: dict[str, Any] = {}
@@ -661,7 +672,8 @@ def main() -> None:
           f"quiet (a settle of 50 ms after the call, {50 + 3 * args.latency_ms:g} ms with latency): work the SDK or "
           "adapter does in the background (the first ping of a session, a background close) counts with its operation.")
     if grpo_runs:
-        print(f"GRPO rows: GRPOTrainer, {GRPO_STEPS} steps of {GRPO_BATCH} rollouts (num_generations {GRPO_GROUP}), one "
+        print(f"GRPO rows: GRPOTrainer, {GRPO_STEPS} steps of {GRPO_BATCH} rollouts (num_generations {GRPO_GROUP}, or "
+              f"{GRPO_SMALL_GROUP} where the row says groups of {GRPO_SMALL_GROUP}), one "
               "scripted echo call per rollout; per step, the wall time inside reset() and the tool (the same timing "
               "wrapper on both sides) and the requests the server saw from that step's start to the next one's (both "
               "sides close a rollout's session at its next reset: a step's count holds the previous step's closes); "
@@ -674,8 +686,8 @@ def main() -> None:
         meta = {"reps": reps, "latency_ms": args.latency_ms, "python": platform.python_version(),
                 "cpus": os.cpu_count(), "num_tasks": NUM_TASKS, "generation_100_tools_ms": generation_ms}
     if grpo_runs:
-        meta["grpo"] = {"steps": GRPO_STEPS, "rollouts_per_step": GRPO_BATCH, "num_generations": GRPO_GROUP,
-                        "tasks": GRPO_TASKS, "runs_per_side": grpo_runs, "latency_ms": [lat for lat, _, _ in passes],
+        meta["grpo"] = {"steps": GRPO_STEPS, "rollouts_per_step": GRPO_BATCH,
+                        "num_generations": [GRPO_GROUP, GRPO_SMALL_GROUP], "runs_per_side": grpo_runs, "latency_ms": [lat for lat, _, _ in passes],
                         "samples": "steps 2-3 of every run", "load_average_before": load_before,
                         "load_average_after": os.getloadavg(), "runs": grpo_log}
     args.json.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
