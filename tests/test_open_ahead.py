@@ -3,12 +3,14 @@ Asserted on what the server saw: when each `/create` arrived and when it was ans
 
 import itertools
 import re
+import subprocess
+import sys
 
 import pytest
 
 from examples import serve, tiny
 from examples.demo import tool_methods
-from tests.conftest import load, orsgen
+from tests.conftest import ROOT, load, orsgen
 
 GROUP = 4
 
@@ -83,3 +85,50 @@ def test_turned_off_the_resets_open_one_after_another(slow, tmp_path, monkeypatc
     assert mod.PINNED.ahead.opened == opened
     mod.close_all()
     assert server.open_sessions() == []
+
+
+CRASH = """
+import importlib.util
+spec = importlib.util.spec_from_file_location("slow_echo_crash", {path!r})
+mod = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(mod)
+from tests.test_open_ahead import train
+
+class Crashing(mod.Slowecho):
+    resets = 0
+
+    def reset(self, **row):
+        Crashing.resets += 1
+        if Crashing.resets == 2:  # the group's first reset has just opened the other three sessions ahead
+            raise RuntimeError("training crashed")
+        return super().reset(**row)
+
+mod.Slowecho = Crashing
+{ending}
+"""
+ENDINGS = {
+    "uncaught": "train(mod, {out!r})",
+    # caught, and the trainer with its environments dropped: no adapter is left to find the sessions through
+    "caught": "import gc\ntry:\n    train(mod, {out!r})\nexcept RuntimeError:\n    print('crashed')\ngc.collect()",
+}
+
+
+@pytest.mark.parametrize("ending", list(ENDINGS))
+def test_sessions_opened_ahead_are_closed_when_training_crashes_and_the_process_exits(slow, tmp_path, ending):
+    """No close_all(): the trainer dies at the group's second reset, with three sessions opened ahead and never
+    taken (some may still be starting); the process's exit must close them all on the server."""
+    server, mod = slow
+    before = len(server.creates())
+    out = str(tmp_path / "out")
+    script = CRASH.format(path=mod.__file__, ending=ENDINGS[ending].format(out=out))
+    run = subprocess.run([sys.executable, "-c", script], cwd=ROOT, check=False, capture_output=True, text=True,
+                         timeout=600)
+    if ending == "uncaught":
+        assert run.returncode == 1 and "RuntimeError: training crashed" in run.stderr, run.stderr[-3000:]
+    else:
+        assert run.returncode == 0 and run.stdout.strip() == "crashed", run.stderr[-3000:]
+    assert "Exception ignored" not in run.stderr, run.stderr[-3000:]
+    opened = server.creates()[before:]
+    assert len(opened) == GROUP and len({c["body"]["index"] for c in opened}) == 1  # the first and three ahead
+    left = set(server.open_sessions())  # no polling: the process is gone, what it did not close stays open
+    assert {c["session"] for c in opened} & left == set()

@@ -17,7 +17,7 @@ import weakref
 from collections.abc import Coroutine, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from orsgen.runtime import client, tasks
+from orsgen.runtime import ahead, client, tasks
 from orsgen.runtime.content import content
 from orsgen.runtime.errors import DriftError, StartError, ToolError
 
@@ -48,17 +48,15 @@ def close_all() -> None:
     GRPOTrainer never closes its environments: this also runs at exit, and garbage collection closes too."""
     for adapter in list(_live):
         adapter._close()
-    for pinned in {id(a.pinned): a.pinned for a in list(_live)}.values():
-        for left in pinned.ahead.drain():
-            _end_in_background(None, left)
+    for left in ahead.drain_all():
+        _end_in_background(None, left)
     running = client._loop
     if running is not None and not running.stopped:
         concurrent.futures.wait(list(running.closing), timeout=client.timeout("close"))
 
 
 def _exit_closers() -> list[Coroutine[Any, Any, None]]:
-    closers = [_end(None, left) for pinned in {id(a.pinned): a.pinned for a in list(_live)}.values()
-               for left in pinned.ahead.drain()]
+    closers = [_end(None, left) for left in ahead.drain_all()]
     for adapter in list(_live):
         session, opening = adapter._session, adapter._opening
         adapter._session = adapter._opening = None

@@ -69,6 +69,7 @@ class Loop:
 
     def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
+        self.loop.set_default_executor(_Executor(thread_name_prefix="orsgen-io"))
         self.thread = threading.Thread(target=self.loop.run_forever, name="orsgen-runtime", daemon=True)
         self.thread.start()
         self.apis: dict[str, Any] = {}  # API key -> the SDK's AsyncEnvironmentsAPI
@@ -118,7 +119,6 @@ class Loop:
             return
 
         async def finish() -> None:
-            asyncio.get_running_loop().set_default_executor(_ExitExecutor(max_workers=1))
             pending: list[asyncio.Future[Any]] = [asyncio.ensure_future(c) for c in close_sessions()]
             pending += [asyncio.wrap_future(f) for f in list(self.closing)]
             if pending:
@@ -230,12 +230,17 @@ class sse:
                 data.append(value)
 
 
-class _ExitExecutor(concurrent.futures.ThreadPoolExecutor):
-    """The runtime loop's executor while the exit hook runs. concurrent.futures shuts every ThreadPoolExecutor down
-    in its own exit hook, which runs before atexit's, and aiohttp needs one for every request (the netrc lookup of
-    a trust_env client): the closing requests would fail silently. Each call runs on a daemon thread of its own."""
+class _Executor(concurrent.futures.ThreadPoolExecutor):
+    """The runtime loop's default executor. aiohttp needs one for every request (the netrc lookup of a trust_env
+    client), and concurrent.futures refuses new work once its own exit hook has run, before atexit's: a session
+    closing then (the exit hook's, or one garbage collection started just before) would fail silently. From then
+    on each call runs on a daemon thread of its own."""
 
     def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> concurrent.futures.Future[T]:
+        try:
+            return super().submit(fn, *args, **kwargs)
+        except RuntimeError:  # "cannot schedule new futures after interpreter shutdown"
+            pass
         future: concurrent.futures.Future[T] = concurrent.futures.Future()
 
         def run() -> None:
