@@ -10,7 +10,7 @@ import pytest
 
 from examples import serve, tiny
 from examples.demo import tool_methods
-from tests.conftest import ROOT, load, orsgen
+from tests.conftest import ROOT, load, orsgen, settle
 
 GROUP = 4
 
@@ -52,8 +52,8 @@ def starts(server, since: int) -> list[dict]:
     log = server.log()[since:]
     prompts = {e["session"]: e["answered"] for e in log if e["request"].endswith("/prompt")}
     tasks = {c["session"]: c["body"]["index"] for c in server.creates()}
-    return [{"task": tasks[e["session"]], "arrived": e["arrived"], "ready": prompts[e["session"]]}
-            for e in log if e["request"] == "POST /create"]
+    return [{"task": tasks[e["session"]], "session": e["session"], "arrived": e["arrived"],
+             "ready": prompts[e["session"]]} for e in log if e["request"] == "POST /create"]
 
 
 def test_a_groups_sessions_open_together(slow, tmp_path):
@@ -70,6 +70,10 @@ def test_a_groups_sessions_open_together(slow, tmp_path):
     assert mod.PINNED.ahead.unused == 0
     rewards = [e["rewards/Slowecho/mean"] for e in trainer.state.log_history if "rewards/Slowecho/mean" in e]
     assert rewards and all(r == 1.0 for r in rewards)  # every rollout got its own session's prompt and scored
+    # after train(): open are only the last step's 8 rollouts' sessions, which TRL's environments still hold
+    assert mod.PINNED.ahead.waiting == {}
+    settle()  # the first step's sessions, closed in the background at the second step's resets
+    assert set(server.open_sessions()) == {s["session"] for s in started[8:]}
     mod.close_all()
     assert server.open_sessions() == []
 
