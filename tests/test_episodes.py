@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from examples import serve
-from tests.conftest import orsgen
+from tests.conftest import orsgen, settle
 
 
 @pytest.fixture(scope="module")
@@ -22,6 +22,8 @@ def studio(tmp_path_factory):
 
 def test_dataset_uses_task_ranges_not_one_request_per_task(studio):
     server, mod, _ = studio
+    mod.close_all()  # what earlier tests left open (tests run in random order) is closed before the count starts
+    settle()
     server.requests()
     ds = mod.dataset(num_tasks=64)
     counts = server.requests()
