@@ -7,22 +7,22 @@ from __future__ import annotations
 
 import concurrent.futures
 import threading
-import weakref
 from collections.abc import Hashable
 from typing import Any
 
 Opening = concurrent.futures.Future[Any]  # resolves to (session, prompt)
-_every: weakref.WeakSet[Ahead] = weakref.WeakSet()  # found without an adapter: the trainer may be gone already
+# Every instance, held: what one holds must be closed even when the trainer, its adapters or the module are gone.
+_every: list[Ahead] = []
 
 
 def drain_all() -> list[Opening]:
     """What no reset took, in every module: close_all() and the exit close them."""
-    return [opening for ahead in list(_every) for opening in ahead.drain()]
+    return [opening for ahead in _every for opening in ahead.drain()]
 
 
 class Ahead:
     def __init__(self) -> None:
-        _every.add(self)
+        _every.append(self)
         self.lock = threading.Lock()
         self.waiting: dict[Hashable, list[Opening]] = {}
         self.opened = self.taken = self.unused = 0  # counts, for the benchmark and the tests
