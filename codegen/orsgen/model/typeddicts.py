@@ -60,6 +60,7 @@ class _Hinter(Converter):
     names: dict[str, str] = field(default_factory=dict)  # $ref or the schema's JSON -> class name
     building: set[str] = field(default_factory=set)  # classes whose fields are being made: named in quotes
     field_name: str = ""  # the property being converted: names a class whose schema has no title
+    ref: str | None = None  # the $ref the schema being converted came from: one class per $ref
 
     def resolve(self, node: Any, seen: tuple[str, ...]) -> tuple[Any, tuple[str, ...]]:
         ref = node.get("$ref") if isinstance(node, dict) else None
@@ -71,9 +72,14 @@ class _Hinter(Converter):
         s, after = self.resolve(node, seen)
         if isinstance(s, dict) and _CLASS in s:
             return Named(s[_CLASS])
-        if isinstance(s, dict) and _is_class(s):
-            return self.typed_dict(s, after[-1] if len(after) > len(seen) else None, after)
+        self.ref = after[-1] if len(after) > len(seen) else None  # read by object(), which convert() calls next
         return super().convert(node, notes, seen)
+
+    def object(self, s: dict[str, Any], notes: list[str], seen: tuple[str, ...]) -> Node:
+        props = s.get("properties")
+        if isinstance(props, dict) and props:
+            return self.typed_dict(s, self.ref, seen)
+        return super().object(s, notes, seen)
 
     def array(self, s: dict[str, Any], notes: list[str], seen: tuple[str, ...]) -> Node:
         saved, self.field_name = self.field_name, _singular(self.field_name)
@@ -104,14 +110,6 @@ class _Hinter(Converter):
         self.building.discard(name)
         self.sources.append(_class_source(name, fields))
         return Named(name)
-
-
-def _is_class(s: dict[str, Any]) -> bool:
-    """An object with properties, as `Converter.convert` would see it (enums and unions are read first)."""
-    if "const" in s or any(isinstance(s.get(k), list) and s[k] for k in ("enum", "anyOf", "oneOf")):
-        return False
-    props = s.get("properties")
-    return s.get("type", "object") == "object" and isinstance(props, dict) and bool(props)
 
 
 def _class_source(name: str, fields: list[tuple[str, str]]) -> str:
