@@ -1,10 +1,13 @@
-"""Overlapped resets: a GRPO group's first reset opens the rest of the group's sessions at once (runtime/ahead.py).
-Asserted on what the server saw: when each `/create` arrived and when it was answered."""
+"""Overlapped resets: a batch's first reset opens the rest of the batch's sessions at once, and with environment-owned
+data and look-ahead the batch's last reset opens the next step's (runtime/ahead.py). Asserted on what the server saw:
+when each `/create` arrived and when it was answered."""
 
 import itertools
 import re
 import subprocess
 import sys
+import time
+from typing import ClassVar
 
 import pytest
 
@@ -27,7 +30,9 @@ def first_turn(i: int, prompt: str) -> str:
     return tiny.call_text("echo", {"text": re.search(r"Echo the word (\w+)", prompt).group(1)})
 
 
-def train(mod, out, steps: int = 2):
+def train(mod, out, steps: int = 2, env_class=None, owned: bool = False):
+    """GRPO on the slow echo environment: 8 rollouts a step in groups of 4, with a dataset of 4 tasks, or with the
+    environment owning the data (`owned`)."""
     import torch
     from trl import GRPOTrainer
 
@@ -38,8 +43,8 @@ def train(mod, out, steps: int = 2):
         model=tiny.model(tok),
         processing_class=tok,
         args=tiny.grpo_config(str(out), steps, max_tool_calling_iterations=1, num_generations=GROUP),
-        train_dataset=mod.dataset(num_tasks=4),
-        environment_factory=mod.Slowecho,
+        train_dataset=None if owned else mod.dataset(num_tasks=4),
+        environment_factory=env_class or mod.Slowecho,
         rollout_func=tiny.scripted_rollouts(first_turn),
     )
     trainer.train()
@@ -56,24 +61,62 @@ def starts(server, since: int) -> list[dict]:
              "ready": prompts[e["session"]]} for e in log if e["request"] == "POST /create"]
 
 
-def test_a_groups_sessions_open_together(slow, tmp_path):
+def test_a_batchs_sessions_open_together(slow, tmp_path):
     server, mod = slow
-    before, ahead = len(server.log()), (mod.PINNED.ahead.opened, mod.PINNED.ahead.taken)
+    before, ahead = len(server.log()), (mod.PINNED.ahead.opened, mod.PINNED.ahead.taken, mod.PINNED.ahead.unused)
     trainer = train(mod, tmp_path)
     started = starts(server, before)
     assert len(started) == 16  # 2 steps x 8 rollouts, nothing extra
-    for group in (started[i:i + GROUP] for i in range(0, 16, GROUP)):  # a group's resets follow each other
-        assert len({s["task"] for s in group}) == 1  # one task per group
-        # every session of the group was asked for before the first of them was ready: none opened in line
-        assert max(s["arrived"] for s in group) < min(s["ready"] for s in group), group
-    assert (mod.PINNED.ahead.opened - ahead[0], mod.PINNED.ahead.taken - ahead[1]) == (12, 12)  # 3 per group
-    assert mod.PINNED.ahead.unused == 0
+    for step in (started[i:i + 8] for i in range(0, 16, 8)):
+        # every session of the step's batch was asked for before the first of them was ready: one start in line
+        assert max(s["arrived"] for s in step) < min(s["ready"] for s in step), step
+        tasks = [s["task"] for s in step]  # two groups of 4 rollouts, one task each
+        assert len(set(tasks)) == 2 and all(tasks.count(t) == GROUP for t in tasks), tasks
+    opened = (mod.PINNED.ahead.opened - ahead[0], mod.PINNED.ahead.taken - ahead[1], mod.PINNED.ahead.unused - ahead[2])
+    assert opened == (14, 14, 0)  # 7 a step, each taken by its own reset
     rewards = [e["rewards/Slowecho/mean"] for e in trainer.state.log_history if "rewards/Slowecho/mean" in e]
     assert rewards and all(r == 1.0 for r in rewards)  # every rollout got its own session's prompt and scored
     # after train(): open are only the last step's 8 rollouts' sessions, which TRL's environments still hold
     assert mod.PINNED.ahead.waiting == {}
     settle()  # the first step's sessions, closed in the background at the second step's resets
     assert set(server.open_sessions()) == {s["session"] for s in started[8:]}
+    mod.close_all()
+    assert server.open_sessions() == []
+
+
+def test_look_ahead_opens_the_next_steps_sessions_while_this_one_runs(slow, tmp_path):
+    """Environment-owned data with look_ahead: the last reset of a step's batch opens the next step's 8 sessions,
+    and those are the sessions the next step's resets take; the last step opens nothing beyond the run."""
+    server, mod = slow
+
+    class LookingAhead(mod.Slowecho):
+        look_ahead = True
+        resets: ClassVar[list[dict]] = []
+
+        def reset(self, **row):
+            began = time.monotonic()  # CLOCK_MONOTONIC: the same clock as the server's log
+            prompt = super().reset(**row)
+            LookingAhead.resets.append({"began": began, "session": self._session.sid, "task": self.task_index})
+            return prompt
+
+    before, ahead = len(server.creates()), (mod.PINNED.ahead.opened, mod.PINNED.ahead.taken, mod.PINNED.ahead.unused)
+    trainer = train(mod, tmp_path, steps=3, env_class=LookingAhead, owned=True)
+    creates, resets = server.creates()[before:], LookingAhead.resets
+    assert len(creates) == len(resets) == 24  # 3 steps x 8 rollouts: the last step looked nowhere
+    arrived = {c["session"]: c["arrived"] for c in creates}
+    assert len(arrived) == 24 and {r["session"] for r in resets} == set(arrived)
+    for step in (1, 2):
+        batch, before_it = resets[step * 8:(step + 1) * 8], resets[step * 8 - 1]
+        # each session this step took was asked for after the last step's last reset began, before this step's first
+        seen = [(round(arrived[r["session"]] - before_it["began"], 3), round(batch[0]["began"] - arrived[r["session"]], 3))
+                for r in batch]
+        assert all(before_it["began"] < arrived[r["session"]] < batch[0]["began"] for r in batch), (step, seen)
+    groups = [[r["task"] for r in resets[i:i + GROUP]] for i in range(0, 24, GROUP)]
+    assert all(len(set(g)) == 1 for g in groups) and len({g[0] for g in groups}) == 6, groups
+    counts = (mod.PINNED.ahead.opened - ahead[0], mod.PINNED.ahead.taken - ahead[1], mod.PINNED.ahead.unused - ahead[2])
+    assert counts == (7 + 8 + 8, 23, 0)  # step 1's batch, then steps 2 and 3 wholly ahead
+    rewards = [e["rewards/LookingAhead/mean"] for e in trainer.state.log_history if "rewards/LookingAhead/mean" in e]
+    assert rewards == [1.0, 1.0, 1.0]
     mod.close_all()
     assert server.open_sessions() == []
 
@@ -103,7 +146,7 @@ class Crashing(mod.Slowecho):
 
     def reset(self, **row):
         Crashing.resets += 1
-        if Crashing.resets == 2:  # the group's first reset has just opened the other three sessions ahead
+        if Crashing.resets == 2:  # the batch's first reset has just opened the other seven sessions ahead
             raise RuntimeError("training crashed")
         return super().reset(**row)
 
@@ -119,7 +162,7 @@ ENDINGS = {
 
 @pytest.mark.parametrize("ending", list(ENDINGS))
 def test_sessions_opened_ahead_are_closed_when_training_crashes_and_the_process_exits(slow, tmp_path, ending):
-    """No close_all(): the trainer dies at the group's second reset, with three sessions opened ahead and never
+    """No close_all(): the trainer dies at the batch's second reset, with seven sessions opened ahead and never
     taken (some may still be starting); the process's exit must close them all on the server."""
     server, mod = slow
     before = len(server.creates())
@@ -133,6 +176,6 @@ def test_sessions_opened_ahead_are_closed_when_training_crashes_and_the_process_
         assert run.returncode == 0 and run.stdout.strip() == "crashed", run.stderr[-3000:]
     assert "Exception ignored" not in run.stderr, run.stderr[-3000:]
     opened = server.creates()[before:]
-    assert len(opened) == GROUP and len({c["body"]["index"] for c in opened}) == 1  # the first and three ahead
+    assert len(opened) == 8 and len({c["body"]["index"] for c in opened}) == 2  # the first and seven ahead
     left = set(server.open_sessions())  # no polling: the process is gone, what it did not close stays open
     assert {c["session"] for c in opened} & left == set()

@@ -17,7 +17,7 @@ import weakref
 from collections.abc import Coroutine, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from orsgen.runtime import ahead, client, tasks
+from orsgen.runtime import ahead, client, trl
 from orsgen.runtime.content import content
 from orsgen.runtime.errors import DriftError, StartError, ToolError
 
@@ -72,11 +72,30 @@ async def _end(session: AsyncSession | None, opening: concurrent.futures.Future[
     """Close a session; one still opening in the background is closed once it has opened."""
     if opening is not None:
         try:
-            session, _ = await asyncio.wrap_future(opening)
+            opened = await asyncio.wrap_future(opening)
         except BaseException:  # noqa: BLE001 - it never opened (or closed itself on failure)
             return
+        if opened is None:  # left by the look-ahead: never opened
+            return
+        session = opened[0]
     if session is not None:
         await asyncio.wait_for(session.__aexit__(None, None, None), client.timeout("close"))
+
+
+async def _look_ahead(plan: list[tuple[Adapter, AsyncEnvironment, str, int, ahead.Opening]]) -> None:
+    """Open the planned sessions at once, without retries: one that fails, or is refused for capacity (429),
+    resolves to None and its reset opens it in line, with the whole start-failure contract."""
+
+    async def one(adapter: Adapter, env: AsyncEnvironment, split: str, index: int, opening: ahead.Opening) -> None:
+        try:
+            opening.set_result(await adapter._open(env, split, index, retries=0))
+        except Exception as exc:  # noqa: BLE001 - left to the reset
+            opening.set_result(None)
+            if client.status(exc) == 429:
+                trl.once("look-ahead-429", logging.INFO, "orsgen: the environment is at capacity (429): what the "
+                         "look-ahead could not open, the resets open in line")
+
+    await asyncio.gather(*(one(*planned) for planned in plan))
 
 
 def _transient(exc: BaseException) -> bool:
@@ -95,7 +114,8 @@ class Adapter:
     start_failures: ClassVar[str] = "skip"  # "skip": an episode that cannot start is unscored; "raise": reset raises
     start_retries: ClassVar[int] = 2  # further attempts at a start that failed for a transient reason
     max_start_failures: ClassVar[int] = 8  # tasks in a row that could not start before the run is stopped
-    open_ahead: ClassVar[bool] = True  # a group's first reset opens the rest of the group's sessions (ahead.py)
+    open_ahead: ClassVar[bool] = True  # a batch's first reset opens the rest of the batch's sessions (ahead.py)
+    look_ahead: ClassVar[bool] = False  # environment-owned data: open the next step's sessions during this one
     # Episode state, for reward functions and shaping.
     reward: float | None
     rewards: list[float | None]
@@ -126,6 +146,7 @@ class Adapter:
         self._expected: str | None = None  # the prompt returned while the session opens in the background
         self._void: str | None = None  # why this episode cannot be scored (it did not start, its prompt was stale)
         self._reward_claimed = False
+        self._in_batch = False  # the last reset was placed in a trainer's batch
         self.reward: float | None = None
         self.rewards: list[float | None] = []
         self.metadata: dict[str, Any] | None = None
@@ -148,8 +169,9 @@ class Adapter:
         episode: a warning, every tool call fails, ``get_reward()`` is None. ``start_failures = "raise"`` raises
         instead; ``max_start_failures`` failures in a row stop the run.
 
-        Inside a GRPOTrainer batch, the first reset of a group opens the sessions of the group's following resets
-        at once (``open_ahead``); they take them, so a group pays about one reset.
+        Inside a GRPOTrainer batch, the batch's first reset opens the sessions of its following resets at once
+        (``open_ahead``); they take them, so a batch pays about one start. With ``look_ahead`` and environment-owned
+        data, the batch's last reset opens the next step's sessions.
 
         With ``open_in_background = True`` and a row holding ``task_prompt`` (``dataset(prompts=True)``), the pinned
         prompt is returned at once and the session opens in the background; the first tool call waits for it. A live
@@ -160,24 +182,19 @@ class Adapter:
         self._reward_claimed, self.prompt_mismatch, self._void, self._expected = False, None, None, None
         split = self._episode_split = row.get("split") or self._split
         env = self._environment()
-        batch = tasks.batch()
-        index = self._task(env, split, batch, row)
+        where = trl.place(self, row)
+        self._in_batch = where.batch is not None
+        index = self._task(env, split, row, where)
         self.task_index = index
         loop = client.loop()
+        taken = self._ahead(where.batch, split, index) if self._opens_ahead() else None
+        if taken is None:
+            self._notice(where)
+        future = loop.submit(self._open(env, split, index) if taken is None else self._take(taken, env, split, index))
         if self.open_in_background and isinstance(row.get("task_prompt"), str):
             self._expected = row["task_prompt"]
-            self._opening = loop.submit(self._open(env, split, index))
+            self._opening = future
             return row["task_prompt"]
-        key = (id(self.pinned), self._url, self._api_key, id(self._secrets), split, index)
-        if batch is not None and batch.index == 0:  # a new batch: what the last one left is closed (and counted)
-            for left in self.pinned.ahead.drain():
-                _end_in_background(None, left)
-        future = self.pinned.ahead.take(key) if self._opens_ahead() else None
-        if future is None:
-            future = loop.submit(self._open(env, split, index))
-            if batch is not None and self._opens_ahead():
-                rest = self._rest_of_group(env, split, index, batch)
-                self.pinned.ahead.put(key, [loop.submit(self._open(env, split, index)) for _ in range(rest)])
         try:
             self._session, prompt = future.result()
         except DriftError:
@@ -200,41 +217,106 @@ class Adapter:
             self._env = self.pinned.environment(self._url, self._api_key)
         return self._env
 
-    def _task(self, env: AsyncEnvironment, split: str, batch: tasks.Batch | None, row: Mapping[str, Any],
-              position: int | None = None) -> int:
+    def _task(self, env: AsyncEnvironment, split: str, row: Mapping[str, Any], where: trl.Place,
+              position: int | None = None, rounds_ahead: int = 0) -> int:
         """The row's task_index; without one, the task of the rollout's slot in the trainer's batch."""
         if row.get("task_index") is not None:
             return int(row["task_index"])
+        batch = where.batch
         if batch is None:
-            if threading.current_thread() is not threading.main_thread():
-                raise RuntimeError(tasks.REFUSED.format(where=f"thread {threading.current_thread().name!r}"))
-            at = tasks.Slot("train", 0)  # a look at a prompt outside training: shifts nothing
+            if where.inside is not None or threading.current_thread() is not threading.main_thread():
+                raise RuntimeError(where.refusal())
+            at = trl.Slot("train", 0)  # a look at a prompt outside training: shifts nothing
         else:
-            at = batch.slot(batch.index if position is None else position)
+            at = batch.slot(batch.index if position is None else position, rounds_ahead)
         size = self.pinned.num_tasks(env, split, self._url)
         return self.pinned.order.task(split, size, self.task_seed, at)
+
+    # -- sessions opened ahead (ahead.py) ------------------------------------------------------------------------
 
     def _opens_ahead(self) -> bool:
         return self.open_ahead and os.environ.get("ORSGEN_OPEN_AHEAD", "1") != "0"
 
-    def _rest_of_group(self, env: AsyncEnvironment, split: str, index: int, batch: tasks.Batch) -> int:
-        """How many of the next rollouts of this rank's batch run the same task: at most the rest of a group."""
-        same = 0
-        for position in range(batch.index + 1, min(batch.index + batch.group, len(batch.rows))):
-            row, own = batch.rows[position], batch.rows[batch.index]
-            if not isinstance(row, Mapping) or (row.get("split") or self._split) != split:
-                break
-            if row.get("environment") != own.get("environment"):  # TRL's multi-environment mode: another class
-                break
-            if self._task(env, split, batch, row, position) != index:
-                break
-            same += 1
-        return same
+    def _looks_ahead(self) -> bool:
+        return self.look_ahead or os.environ.get("ORSGEN_LOOK_AHEAD", "0") == "1"
 
-    async def _open(self, env: AsyncEnvironment, split: str, index: int) -> tuple[AsyncSession, Any]:
+    def _key(self, split: str, index: int) -> tuple[Any, ...]:
+        return self._url, self._api_key, id(self._secrets), split, index
+
+    def _ahead(self, batch: trl.Batch | None, split: str, index: int) -> ahead.Opening | None:
+        """The session opened ahead for this reset, if any. The batch's first reset opens the others' sessions, its
+        last one (with look_ahead) the next step's."""
+        if batch is None:
+            return None
+        ours = [isinstance(a, Adapter) for a in batch.adapters]
+        first = not any(ours[:batch.index])
+        if first:  # the batch's first reset: what earlier batches left is closed and counted
+            for left in ahead.drain_all(keep=batch.tag):
+                _end_in_background(None, left)
+        taken = self.pinned.ahead.take(batch.tag, self._key(split, index))
+        if first:
+            self._open_batch(batch)
+        if not any(ours[batch.index + 1:]) and batch.more and self._looks_ahead():
+            self._open_next(batch)
+        return taken
+
+    def _others(self, batch: trl.Batch, positions: range) -> list[tuple[Adapter, str, Mapping[str, Any], int]]:
+        """The batch's other orsgen adapters at `positions` that open ahead: (adapter, split, row, position)."""
+        found = []
+        for position in positions:
+            other, row = batch.adapters[position], batch.rows[position]
+            if isinstance(other, Adapter) and other._opens_ahead():
+                found.append((other, row.get("split") or other._split, row, position))
+        return found
+
+    def _open_batch(self, batch: trl.Batch) -> None:
+        """Open every session of the batch after this reset, each for its own adapter, at once: all but those the
+        look-ahead already opened."""
+        loop, here = client.loop(), trl.Place(batch)
+        wanted: dict[tuple[int, tuple[Any, ...]], int] = {}
+        for other, split, row, position in self._others(batch, range(batch.index + 1, len(batch.adapters))):
+            env = other._environment()
+            index = other._task(env, split, row, here, position)
+            key = other._key(split, index)
+            wanted[id(other.pinned), key] = wanted.get((id(other.pinned), key), 0) + 1
+            if wanted[id(other.pinned), key] > other.pinned.ahead.count(batch.tag, key):
+                other.pinned.ahead.put(batch.tag, key, loop.submit(other._open(env, split, index)))
+
+    def _open_next(self, batch: trl.Batch) -> None:
+        """Environment-owned data: open the next step's sessions while this step generates and trains."""
+        if any(row.get("task_index") is not None for row in batch.rows):
+            return  # a dataset's next rows are the sampler's: unknown here
+        plan, here = [], trl.Place(batch)
+        tag = (batch.stream, batch.first + batch.width)
+        for other, split, row, position in self._others(batch, range(len(batch.adapters))):
+            env = other._environment()
+            index = other._task(env, split, row, here, position, rounds_ahead=1)
+            opening: ahead.Opening = concurrent.futures.Future()
+            other.pinned.ahead.put(tag, other._key(split, index), opening)
+            plan.append((other, env, split, index, opening))
+        client.loop().submit(_look_ahead(plan))
+
+    async def _take(self, taken: ahead.Opening, env: AsyncEnvironment, split: str,
+                    index: int) -> tuple[AsyncSession, Any]:
+        """The session opened ahead; one the look-ahead left (None) opens now."""
+        opened = await asyncio.wrap_future(taken)
+        return opened if opened is not None else await self._open(env, split, index)
+
+    def _notice(self, where: trl.Place) -> None:
+        """Say once when open-ahead cannot engage inside a trainer, instead of turning off unseen."""
+        if where.inside is not None:
+            trl.once("ahead-off", logging.INFO, "orsgen: open-ahead is off inside %s: %s", where.inside, where.why)
+        elif where.batch is None and threading.current_thread() is not threading.main_thread():
+            trl.once("ahead-thread", logging.INFO, "orsgen: open-ahead does not engage in thread %r, outside "
+                     "GRPOTrainer's batch (AsyncGRPOTrainer overlaps its rollouts itself)",
+                     threading.current_thread().name)
+
+    async def _open(self, env: AsyncEnvironment, split: str, index: int,
+                    retries: int | None = None) -> tuple[AsyncSession, Any]:
         """Open a session on a task and read its prompt, retrying transient failures with bounded backoff."""
         limit = client.timeout("reset")
-        for attempt in range(self.start_retries + 1):
+        retries = self.start_retries if retries is None else retries
+        for attempt in range(retries + 1):
             session = self._session_for(env, split, index)
             try:
                 if self._check_drift:  # once per process and server
@@ -249,7 +331,7 @@ class Adapter:
                     await asyncio.wait_for(session.__aexit__(None, None, None), client.timeout("close"))
                 if isinstance(exc, asyncio.TimeoutError):
                     exc = TimeoutError(f"no answer within {limit:g}s (ORSGEN_RESET_TIMEOUT)")
-                if attempt == self.start_retries or not _transient(exc):
+                if attempt == retries or not _transient(exc):
                     raise exc from None
                 wait = client.retry_after(exc) or min(2.0**attempt, 10.0)
                 await asyncio.sleep(min(wait, 60.0))
@@ -276,7 +358,7 @@ class Adapter:
         with _failures_lock:
             # In a trainer, the rollouts of a GRPO group reset one after the other on the same task: a task that
             # fails for all of them counts once, so one broken task does not look like an environment that is down.
-            if _failures["last"] != (split, index) or tasks.batch() is None:
+            if _failures["last"] != (split, index) or not self._in_batch:
                 _failures["in_a_row"] += 1
             _failures["last"] = (split, index)
             in_a_row = _failures["in_a_row"]

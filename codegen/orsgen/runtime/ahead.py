@@ -1,7 +1,8 @@
-"""Sessions opened ahead for the rest of a GRPO group: TRL resets a batch's rollouts one after another, and the
-rollouts of a group follow each other with the same task, so the group's first reset opens the others' sessions
-at once and the resets that follow take them, ready or nearly so. A group pays about one reset instead of
-`num_generations`. Never more than the group's sessions are opened ahead; one not taken is closed and counted."""
+"""Sessions opened ahead. TRL resets a batch's rollouts one after another, each waiting for its session; the batch's
+first reset instead opens every session of the batch whose task it can know, and the resets that follow take them,
+ready or nearly so: a batch pays about one start. With environment-owned data and `look_ahead`, the next step's
+sessions open while this step generates and trains. Never more than a batch is opened ahead; what is not taken is
+closed at the next batch (or close_all/exit) and counted."""
 
 from __future__ import annotations
 
@@ -10,43 +11,52 @@ import threading
 from collections.abc import Hashable
 from typing import Any
 
-Opening = concurrent.futures.Future[Any]  # resolves to (session, prompt)
+Opening = concurrent.futures.Future[Any]  # resolves to (session, prompt), or to None: "open it in line"
+Tag = tuple[str, int]  # the batch an opening is for (trl.Batch.tag: stream, first position)
 # Every instance, held: what one holds must be closed even when the trainer, its adapters or the module are gone.
 _every: list[Ahead] = []
 
 
-def drain_all() -> list[Opening]:
-    """What no reset took, in every module: close_all() and the exit close them."""
-    return [opening for ahead in _every for opening in ahead.drain()]
+def drain_all(keep: Tag | None = None) -> list[Opening]:
+    """What no reset took, in every module (but what was opened for the batch `keep`): the caller closes them."""
+    return [opening for ahead in _every for opening in ahead.drain(keep)]
 
 
 class Ahead:
     def __init__(self) -> None:
         _every.append(self)
         self.lock = threading.Lock()
-        self.waiting: dict[Hashable, list[Opening]] = {}
-        self.opened = self.taken = self.unused = 0  # counts, for the benchmark and the tests
+        self.waiting: dict[tuple[Tag, Hashable], list[Opening]] = {}
+        self.opened = self.taken = self.unused = 0  # counts, for the metrics, the benchmark and the tests
 
-    def put(self, key: Hashable, openings: list[Opening]) -> None:
+    def put(self, tag: Tag, key: Hashable, opening: Opening) -> None:
         with self.lock:
-            self.waiting.setdefault(key, []).extend(openings)
-            self.opened += len(openings)
+            self.waiting.setdefault((tag, key), []).append(opening)
+            self.opened += 1
 
-    def take(self, key: Hashable) -> Opening | None:
+    def count(self, tag: Tag, key: Hashable) -> int:
         with self.lock:
-            queue = self.waiting.get(key)
+            return len(self.waiting.get((tag, key), ()))
+
+    def take(self, tag: Tag, key: Hashable) -> Opening | None:
+        with self.lock:
+            queue = self.waiting.get((tag, key))
             if not queue:
                 return None
             self.taken += 1
             opening = queue.pop(0)
             if not queue:
-                del self.waiting[key]
+                del self.waiting[(tag, key)]
             return opening
 
-    def drain(self) -> list[Opening]:
-        """Every opening nobody took (a new batch began, or the run ends): the caller closes them."""
+    def drain(self, keep: Tag | None = None) -> list[Opening]:
+        """Every opening nobody took (the run ends); with `keep`, a batch (stream, first) that begins: those of the
+        same stream's other batches (an evaluation pass leaves training's look-ahead alone)."""
         with self.lock:
-            left = [o for queue in self.waiting.values() for o in queue]
-            self.waiting.clear()
+            def stale(tag: Any) -> bool:
+                return keep is None or (tag != keep and tag[0] == keep[0])
+
+            left = [o for (tag, _), queue in self.waiting.items() if stale(tag) for o in queue]
+            self.waiting = {k: q for k, q in self.waiting.items() if not stale(k[0])}
             self.unused += len(left)
             return left

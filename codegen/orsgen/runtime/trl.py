@@ -1,0 +1,241 @@
+"""Everything orsgen assumes about TRL, in one place. Other runtime modules ask `place()` where a rollout sits and
+never look at TRL themselves.
+
+What is assumed (TRL 1.13 to 1.16, read from their code and tested against the oldest and the newest):
+- GRPOTrainer resets a batch's rollouts one after another on the trainer's thread, from some method of the trainer
+  (`_generate_and_score_completions` today; the name is not relied on), after drawing the batch's environments into
+  `trainer.environments`. A rollout's position is the index of its environment in that list (by identity), and the
+  batch's rows are the list of rows on the stack, as long as that list, whose entry at that position is the row the
+  reset received.
+- The trainer attributes in `NEEDS` (public ones of GRPOTrainer and transformers' Trainer): the GRPO group size, the
+  rank and world size, the global step, and the schedule that turns steps into generation rounds. Evaluation is
+  `trainer.model.training == False`, as TRL itself decides it.
+- Rewards are gathered rank-major and normalised in consecutive chunks of the group size, so a group may span ranks.
+- Anything else from TRL on the stack (an AsyncGRPO rollout worker, a trainer whose batch cannot be read) is a place
+  where a reset without `task_index` cannot be placed: it is refused, never given "the first task".
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import threading
+import weakref
+from collections.abc import Mapping
+from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any
+
+log = logging.getLogger("orsgen")
+
+TESTED = ("1.13.0", "1.16.0")  # the oldest and newest TRL releases CI trains with
+SUPPORTED = ">=1.13,<1.17"  # the `train` extra's range
+NEEDS = (
+    "environments", "num_generations", "num_iterations", "accelerator.process_index", "accelerator.num_processes",
+    "state.global_step", "state.max_steps", "args.gradient_accumulation_steps", "args.steps_per_generation",
+    "model.training",
+)
+FIX = "pass train_dataset=dataset() so every row carries task_index"
+_DEPTH = 64  # frames searched above a reset: TRL's call chain from train() to reset() is about 10 deep
+
+
+@dataclass(frozen=True)
+class Slot:
+    """Where a rollout sits: the `position`-th group of the run's task stream `stream` ("train" or "eval")."""
+
+    stream: str
+    position: int
+    window: int = 1  # groups per step: no task repeats within any `window` consecutive positions
+
+
+@dataclass(frozen=True)
+class Batch:
+    """This rank's GRPOTrainer batch: its environments and rows, this rollout's place in it, where the batch sits."""
+
+    adapters: list[Any]  # trainer.environments, one per rollout
+    rows: list[Mapping[str, Any]]
+    index: int  # this rollout's position
+    group: int  # GRPO group size (num_generations, or num_generations_eval)
+    stream: str  # "train" or "eval"
+    first: int  # the run-wide position of this rank's first rollout, rank-major (the order TRL gathers rewards in)
+    width: int  # rollouts per generation round, across ranks
+    more: bool  # another generation round of this stream follows (training only: the run has steps left)
+
+    @property
+    def groups(self) -> int:
+        return self.width // self.group
+
+    @property
+    def tag(self) -> tuple[str, int]:
+        """Identifies the batch: what was opened for it is taken by its own resets only."""
+        return self.stream, self.first
+
+    def slot(self, position: int, rounds_ahead: int = 0) -> Slot:
+        """The slot of the rollout at `position` (of this batch, or of the one `rounds_ahead` later): a group that
+        spans two ranks still gets one task."""
+        return Slot(self.stream, (self.first + rounds_ahead * self.width + position) // self.group, self.groups)
+
+
+@dataclass(frozen=True)
+class Place:
+    """The answer to "where does this rollout sit?": its batch, or why there is none."""
+
+    batch: Batch | None
+    inside: str | None = None  # the TRL code found on the stack when the batch cannot be read; None: outside TRL
+    why: str = ""  # why the batch cannot be read
+
+    def refusal(self) -> str:
+        """The one line a reset without task_index gets where it cannot be placed."""
+        if self.inside is not None:
+            return (f"reset() without task_index inside {self.inside} ({installed()}; orsgen reads the batch of TRL "
+                    f"{SUPPORTED}): {self.why}, so the rollout's GRPO group cannot be known: {FIX}")
+        thread = threading.current_thread().name
+        return (f"reset() without task_index from thread {thread!r}, outside GRPOTrainer's batch (AsyncGRPOTrainer's "
+                f"rollout threads): the rollout's GRPO group cannot be known: {FIX}")
+
+
+def installed() -> str:
+    try:
+        return f"TRL {version('trl')}"
+    except PackageNotFoundError:
+        return "TRL not installed"
+
+
+_warned: set[str] = set()
+_eval_rounds: weakref.WeakKeyDictionary[Any, tuple[int, int]] = weakref.WeakKeyDictionary()
+_lock = threading.Lock()
+
+
+def once(key: str, level: int, message: str, *args: Any) -> None:
+    """Log a line once per process (the open-ahead and version notices)."""
+    with _lock:
+        if key in _warned:
+            return
+        _warned.add(key)
+    log.log(level, message, *args)
+
+
+def place(adapter: Any, row: Mapping[str, Any]) -> Place:
+    """Where the rollout of `adapter`, being reset with `row`, sits: read from the trainer on the stack."""
+    frame: Any = sys._getframe(1)
+    frames: list[Any] = []
+    inside: str | None = None
+    for _ in range(_DEPTH):
+        if frame is None:
+            break
+        frames.append(frame)
+        owner = frame.f_locals.get("self")
+        if _from_trl(type(owner)) and _holds(owner, adapter):
+            return _read(owner, adapter, row, frames)
+        if inside is None:
+            if _from_trl(type(owner)):
+                inside = f"{type(owner).__name__}.{frame.f_code.co_name}"
+            elif str(frame.f_globals.get("__name__", "")).split(".")[0] == "trl":
+                inside = f"{frame.f_globals['__name__']}.{frame.f_code.co_name}"
+        frame = frame.f_back
+    if inside is not None:
+        return Place(None, inside, "this environment is not among the trainer's batch environments")
+    return Place(None)
+
+
+def _from_trl(cls: type) -> bool:
+    return any(c.__module__.split(".")[0] == "trl" for c in getattr(cls, "__mro__", ()))
+
+
+def _holds(trainer: Any, adapter: Any) -> bool:
+    environments = getattr(trainer, "environments", None)
+    return isinstance(environments, list) and any(e is adapter for e in environments)
+
+
+def _attr(obj: Any, path: str) -> Any:
+    for name in path.split("."):
+        obj = getattr(obj, name)
+    return obj
+
+
+def _read(trainer: Any, adapter: Any, row: Mapping[str, Any], frames: list[Any]) -> Place:
+    where = f"{type(trainer).__name__}"
+    missing = [path for path in NEEDS if not _has(trainer, path)]
+    if missing:
+        return Place(None, where, f"the trainer has no {', '.join(missing)}")
+    adapters: list[Any] = trainer.environments
+    index = next(i for i, e in enumerate(adapters) if e is adapter)
+    rows = _rows(frames, len(adapters), index, row)
+    if rows is None:
+        return Place(None, where, "the batch's rows are not on the stack")
+    training = bool(trainer.model.training)
+    group = trainer.num_generations if training else getattr(trainer, "num_generations_eval", trainer.num_generations)
+    rank, world = trainer.accelerator.process_index, trainer.accelerator.num_processes
+    if not isinstance(group, int) or group < 1 or (world * len(rows)) % group:
+        return Place(None, where, f"a batch of {world} x {len(rows)} rollouts does not split into groups of {group}")
+    _check_version()
+    args = trainer.args
+    every = args.steps_per_generation * trainer.num_iterations  # micro-steps per generation round
+    if training:  # generation rounds so far: restored with the global step when a run resumes
+        round_ = trainer.state.global_step * args.gradient_accumulation_steps // every
+        rounds = -(-trainer.state.max_steps * args.gradient_accumulation_steps // every)
+        more = round_ + 1 < rounds
+    else:
+        round_, more = _eval_round(trainer, index), False
+    width = world * len(rows)
+    batch = Batch(adapters, rows, index, group, "train" if training else "eval", round_ * width + rank * len(rows),
+                  width, more)
+    return Place(batch)
+
+
+def _has(obj: Any, path: str) -> bool:
+    try:
+        _attr(obj, path)
+    except AttributeError:
+        return False
+    return True
+
+
+def _rows(frames: list[Any], size: int, index: int, row: Mapping[str, Any]) -> list[Mapping[str, Any]] | None:
+    """The batch's rows: the closest list on the stack as long as the batch whose entry at `index` is this reset's
+    row (TRL's multi-environment mode passes the row without its `environment` column)."""
+    for frame in frames:
+        for value in frame.f_locals.values():
+            if (isinstance(value, list) and len(value) == size and all(isinstance(r, Mapping) for r in value)
+                    and _same_row(value[index], row)):
+                return value
+    return None
+
+
+def _same_row(candidate: Mapping[str, Any], row: Mapping[str, Any]) -> bool:
+    if candidate is row:
+        return True
+    try:
+        return {k: v for k, v in candidate.items() if k != "environment"} == {
+            k: v for k, v in row.items() if k != "environment"}
+    except Exception:  # noqa: BLE001 - a column whose == is not a bool (arrays): not this row
+        return False
+
+
+def _eval_round(trainer: Any, index: int) -> int:
+    """The batch number within the current evaluation pass: every pass evaluates the same tasks, so passes compare."""
+    with _lock:
+        round_, step = _eval_rounds.get(trainer, (-1, -1))
+        if index == 0:
+            round_ = round_ + 1 if step == trainer.state.global_step else 0
+            _eval_rounds[trainer] = (round_, trainer.state.global_step)
+        return max(round_, 0)
+
+
+def _check_version() -> None:
+    try:
+        found = version("trl")
+    except PackageNotFoundError:
+        return
+    if not _in_range(found):
+        once("trl-version", logging.WARNING, "orsgen: TRL %s is outside the range orsgen is tested with (%s): the "
+             "batch was read through the trainer attributes it checks, but nothing else of this release is "
+             "known", found, SUPPORTED)
+
+
+def _in_range(found: str) -> bool:
+    parts = []
+    for piece in found.split(".")[:2]:
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        parts.append(int(digits or 0))
+    return (1, 13) <= (parts[0], parts[1] if len(parts) > 1 else 0) < (1, 17)
