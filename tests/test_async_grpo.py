@@ -28,6 +28,8 @@ from examples.demo import tool_methods
 from tests.conftest import load, orsgen
 from tests.harness.completions import serving
 
+pytestmark = pytest.mark.trainer  # trains or runs TRL code: also under the oldest TRL (.ci/trl-oldest)
+
 QUESTIONS = {0: ("What is 2+2?", "4"), 1: ("Capital of France?", "Paris"), 2: ("3*3?", "9")}  # tests/envs/quiz.py
 
 

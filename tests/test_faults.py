@@ -155,6 +155,7 @@ def test_max_start_failures_in_a_row_raise(flaky, caplog):
 # -- 2. a real GRPOTrainer run with a task that never starts -----------------------------------------------------------
 
 
+@pytest.mark.trainer
 @pytest.mark.parametrize("group", [4, 8])  # 8: TRL's default num_generations
 def test_grpo_trains_to_the_end_with_a_task_that_never_starts(flaky, tmp_path, caplog, group):
     """8 rollouts a step (per_device_train_batch_size 8) over the tasks [normal, broken]: with groups of 4 each step

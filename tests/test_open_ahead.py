@@ -15,6 +15,8 @@ from examples import serve, tiny
 from examples.demo import tool_methods
 from tests.conftest import ROOT, load, orsgen, settle
 
+pytestmark = pytest.mark.trainer  # trains or runs TRL code: also under the oldest TRL (.ci/trl-oldest)
+
 GROUP = 4
 
 
@@ -85,12 +87,12 @@ def test_a_batchs_sessions_open_together(slow, tmp_path):
 
 
 def test_look_ahead_opens_the_next_steps_sessions_while_this_one_runs(slow, tmp_path):
-    """Environment-owned data with look_ahead: the last reset of a step's batch opens the next step's 8 sessions,
+    """Environment-owned data with open_ahead = "next-step": the last reset of a step's batch opens the next step's 8 sessions,
     and those are the sessions the next step's resets take; the last step opens nothing beyond the run."""
     server, mod = slow
 
     class LookingAhead(mod.Slowecho):
-        look_ahead = True
+        open_ahead = "next-step"
         resets: ClassVar[list[dict]] = []
 
         def reset(self, **row):

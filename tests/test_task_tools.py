@@ -59,6 +59,7 @@ def test_terminal_reward_submits_the_final_message(quest):
     mod.close_all()
 
 
+@pytest.mark.trainer
 def test_grpo_offers_task_tools_only_to_their_tasks(quest, tmp_path):
     import torch
     from trl import GRPOTrainer

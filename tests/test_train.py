@@ -7,6 +7,8 @@ import pytest
 from examples import tiny
 from examples.demo import recording, tool_methods
 
+pytestmark = pytest.mark.trainer  # trains or runs TRL code: also under the oldest TRL (.ci/trl-oldest)
+
 
 @pytest.mark.parametrize("steps", [2])
 def test_grpo_trains_against_generated_adapter(echo_server, generate, tmp_path, steps):

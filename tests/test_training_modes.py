@@ -14,6 +14,8 @@ from examples.echo import WORDS
 from tests.conftest import load, orsgen, settle
 from tests.harness import owned_data
 
+pytestmark = pytest.mark.trainer  # trains or runs TRL code: also under the oldest TRL (.ci/trl-oldest)
+
 
 @pytest.fixture(scope="module")
 def counted():

@@ -1,3 +1,3 @@
-from orsgen.cli import main
+from orsgen.command import main
 
 raise SystemExit(main())

@@ -16,6 +16,7 @@ from typing import Any, NoReturn
 from orsgen import __version__, config, model, pin, pipeline, report, write
 from orsgen.errors import OrsgenError
 from orsgen.model import naming
+from orsgen.render import formatter_note
 from orsgen.source import Source, fetch
 from orsgen.source import tasks as fetch_tasks
 
@@ -164,6 +165,9 @@ def check(output: Path, text: str, show_diff: bool, pinned: bool = True) -> int:
         print(f"  {line}")
     fix = text.splitlines()[1].removeprefix("#").strip() if pinned else "the command that wrote this directory"
     print(f"  fix: {fix}" + ("" if show_diff else "   (--diff shows the whole difference)"))
+    note = formatter_note()
+    if note:
+        print(f"  {note}")
     if show_diff:
         path = output.as_posix()
         sys.stdout.writelines(difflib.unified_diff(old.splitlines(True), text.splitlines(True), path, f"{path} (new)"))

@@ -15,6 +15,22 @@ from orsgen.snapshot import sha256
 from orsgen.source import Source
 
 
+def formatter_note() -> str | None:
+    """When the installed black is not the one orsgen pins (its release shapes the output bytes), a line saying so:
+    a stale result may then be the formatter's doing."""
+    from importlib.metadata import PackageNotFoundError, requires
+
+    try:
+        pins = [r for r in requires("orsgen") or [] if r.replace(" ", "").startswith("black==")]
+    except PackageNotFoundError:
+        return None
+    pinned = pins[0].split("==", 1)[1].split(";")[0].strip() if pins else None
+    if pinned is None or pinned == black.__version__:
+        return None
+    return (f"note: black {black.__version__} is installed, orsgen {__version__} formats with black {pinned}: "
+            "the difference may be the formatter's (pip install 'orsgen[generator]')")
+
+
 def comment(text: str) -> str:
     """One line, safe inside a `#` comment."""
     return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in str(text))

@@ -114,8 +114,9 @@ class Adapter:
     start_failures: ClassVar[str] = "skip"  # "skip": an episode that cannot start is unscored; "raise": reset raises
     start_retries: ClassVar[int] = 2  # further attempts at a start that failed for a transient reason
     max_start_failures: ClassVar[int] = 8  # tasks in a row that could not start before the run is stopped
-    open_ahead: ClassVar[bool] = True  # a batch's first reset opens the rest of the batch's sessions (ahead.py)
-    look_ahead: ClassVar[bool] = False  # environment-owned data: open the next step's sessions during this one
+    # True: a batch's first reset opens the rest of the batch's sessions (ahead.py); "next-step": with environment-
+    # owned data, the batch's last reset also opens the next step's; False: every reset opens its own.
+    open_ahead: ClassVar[bool | str] = True
     # Episode state, for reward functions and shaping.
     reward: float | None
     rewards: list[float | None]
@@ -170,8 +171,8 @@ class Adapter:
         instead; ``max_start_failures`` failures in a row stop the run.
 
         Inside a GRPOTrainer batch, the batch's first reset opens the sessions of its following resets at once
-        (``open_ahead``); they take them, so a batch pays about one start. With ``look_ahead`` and environment-owned
-        data, the batch's last reset opens the next step's sessions.
+        (``open_ahead``); they take them, so a batch pays about one start. With ``open_ahead = "next-step"`` and
+        environment-owned data, the batch's last reset opens the next step's sessions.
 
         With ``open_in_background = True`` and a row holding ``task_prompt`` (``dataset(prompts=True)``), the pinned
         prompt is returned at once and the session opens in the background; the first tool call waits for it. A live
@@ -234,18 +235,23 @@ class Adapter:
 
     # -- sessions opened ahead (ahead.py) ------------------------------------------------------------------------
 
+    def _ahead_mode(self) -> bool | str:
+        """`open_ahead`, or ORSGEN_OPEN_AHEAD (0, 1, next-step) when set."""
+        value = os.environ.get("ORSGEN_OPEN_AHEAD")
+        return self.open_ahead if value is None else {"0": False, "1": True}.get(value, value)
+
     def _opens_ahead(self) -> bool:
-        return self.open_ahead and os.environ.get("ORSGEN_OPEN_AHEAD", "1") != "0"
+        return self._ahead_mode() is not False
 
     def _looks_ahead(self) -> bool:
-        return self.look_ahead or os.environ.get("ORSGEN_LOOK_AHEAD", "0") == "1"
+        return self._ahead_mode() == "next-step"
 
     def _key(self, split: str, index: int) -> tuple[Any, ...]:
         return self._url, self._api_key, id(self._secrets), split, index
 
     def _ahead(self, batch: trl.Batch | None, split: str, index: int) -> ahead.Opening | None:
         """The session opened ahead for this reset, if any. The batch's first reset opens the others' sessions, its
-        last one (with look_ahead) the next step's."""
+        last one (with open_ahead = "next-step") the next step's."""
         if batch is None:
             return None
         ours = [isinstance(a, Adapter) for a in batch.adapters]

@@ -1,6 +1,6 @@
 """Sessions opened ahead. TRL resets a batch's rollouts one after another, each waiting for its session; the batch's
 first reset instead opens every session of the batch whose task it can know, and the resets that follow take them,
-ready or nearly so: a batch pays about one start. With environment-owned data and `look_ahead`, the next step's
+ready or nearly so: a batch pays about one start. With environment-owned data and `open_ahead = "next-step"`, the next step's
 sessions open while this step generates and trains. Never more than a batch is opened ahead; what is not taken is
 closed at the next batch (or close_all/exit) and counted."""
 

@@ -124,14 +124,15 @@ def place(adapter: Any, row: Mapping[str, Any]) -> Place:
         if frame is None:
             break
         frames.append(frame)
-        owner = frame.f_locals.get("self")
-        if _from_trl(type(owner)) and _holds(owner, adapter):
-            return _read(owner, adapter, row, frames)
+        local = frame.f_locals
+        # the trainer: whichever TRL object on the stack holds this environment (a method's `self`, a helper's arg)
+        trainer = next((v for v in local.values() if _from_trl(type(v)) and _holds(v, adapter)), None)
+        if trainer is not None:
+            return _read(trainer, adapter, row, frames)
         if inside is None:
-            if _from_trl(type(owner)):
-                inside = f"{type(owner).__name__}.{frame.f_code.co_name}"
-            elif str(frame.f_globals.get("__name__", "")).split(".")[0] == "trl":
-                inside = f"{frame.f_globals['__name__']}.{frame.f_code.co_name}"
+            module = str(frame.f_globals.get("__name__", ""))
+            if module.split(".")[0] == "trl" or _from_trl(type(local.get("self"))):
+                inside = f"{module}.{frame.f_code.co_qualname}"
         frame = frame.f_back
     if inside is not None:
         return Place(None, inside, "this environment is not among the trainer's batch environments")
@@ -139,7 +140,7 @@ def place(adapter: Any, row: Mapping[str, Any]) -> Place:
 
 
 def _from_trl(cls: type) -> bool:
-    return any(c.__module__.split(".")[0] == "trl" for c in getattr(cls, "__mro__", ()))
+    return any(str(getattr(c, "__module__", "")).split(".")[0] == "trl" for c in getattr(cls, "__mro__", ()))
 
 
 def _holds(trainer: Any, adapter: Any) -> bool:
