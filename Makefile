@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 EXAMPLE_PORT := 8031
 
-.PHONY: setup demo test lint generate check golden bench clean
+.PHONY: setup demo test test-trl-oldest lint generate check golden bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -20,6 +20,10 @@ demo: setup
 test: setup
 	$(PY) -m pytest -q
 
+# The oldest TRL of the `train` extra's range, in .venv-trl-oldest: a training install, then the trainer tests.
+test-trl-oldest:
+	.ci/trl-oldest
+
 lint: setup
 	$(PY) -m ruff check codegen tests examples bench generated
 	$(PY) -m mypy codegen examples generated
@@ -32,7 +36,7 @@ check: setup
 	$(PY) -m examples.regen $(EXAMPLE_PORT) --check
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .venv-trl-oldest build *.egg-info .pytest_cache .mypy_cache .ruff_cache
 
 # Rewrite the golden cases' expected.py after an intended change of the generator (then review the diff).
 golden: setup

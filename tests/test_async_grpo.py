@@ -128,6 +128,11 @@ class Run:
         self.metrics: list[dict[str, Any]] = []
 
 
+def accepted(cls: type, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The keyword arguments this TRL release's `cls` takes (TRL 1.16 added `eos_token_ids`; 1.13 has none)."""
+    return {k: v for k, v in kwargs.items() if k in inspect.signature(cls.__init__).parameters}
+
+
 def run_worker(until, *, timeout: float, **loop_kwargs: Any) -> Run:
     """Start the worker with the shared objects AsyncRolloutWorker makes, read its rollout buffer until
     `until(samples)`, then stop it the way the trainer does (the mp stop event) and wait for it to finish."""
@@ -146,6 +151,7 @@ def run_worker(until, *, timeout: float, **loop_kwargs: Any) -> Run:
     exception_info, metrics = ctx.Queue(maxsize=1), ctx.Queue(maxsize=4096)
     loop_kwargs.setdefault("dataset_start_index", 0)
     loop_kwargs.setdefault("queue_maxsize", 0)
+    loop_kwargs = accepted(arw._AsyncRolloutLoop, loop_kwargs)
 
     def child() -> None:
         try:
@@ -160,7 +166,10 @@ def run_worker(until, *, timeout: float, **loop_kwargs: Any) -> Run:
     with contextlib.redirect_stderr(sys.stdout):  # _child_main prints the traceback of a failure
         thread.start()
         try:
-            assert ready.wait(60), "the worker did not get ready"
+            if not ready.wait(60):
+                thread.join(5)
+                info = None if exception_info.empty() else exception_info.get(timeout=1)
+                raise AssertionError(f"the worker did not get ready: {run.error!r} {info}")
             deadline = time.monotonic() + timeout
             while not until(run.samples):
                 if not thread.is_alive():
@@ -439,7 +448,8 @@ def test_async_rollout_worker_in_its_spawned_child(quiz_async, monkeypatch):
     }
     before = set(server.open_sessions())
     with serving(tok, script) as completions:
-        worker = arw.AsyncRolloutWorker(dataset=train, vllm_server_url=completions.url, **common)
+        worker = arw.AsyncRolloutWorker(**accepted(arw.AsyncRolloutWorker, {
+            "dataset": train, "vllm_server_url": completions.url, **common}))
         started = time.monotonic()
         worker.start()
         ready = time.monotonic() - started
