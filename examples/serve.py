@@ -60,6 +60,10 @@ class Counting:
         self.open: set[str] = set()
         self.creates: list[dict[str, Any]] = []
         self.log: list[dict[str, Any]] = []  # every request: "METHOD /path", session, arrived, answered
+        # ORSGEN_CAPACITY=N: at N sessions open (or opening), `POST /create` is refused with 429, as a full sandbox
+        # pool refuses; `POST /_capacity` with a number sets it (0: none).
+        self.capacity = int(os.environ.get("ORSGEN_CAPACITY", "0"))
+        self.opening = 0
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -72,6 +76,10 @@ class Counting:
                 self.counts = {}
             await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]})
             return await send({"type": "http.response.body", "body": json.dumps(reply).encode()})
+        if scope["path"] == "/_capacity":
+            self.capacity = int(await _read(receive) or 0)
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            return await send({"type": "http.response.body", "body": b""})
         key = f"{scope['method']} {scope['path']}"
         self.counts[key] = self.counts.get(key, 0) + 1
         sid = dict(scope["headers"]).get(b"x-session-id", b"").decode()
@@ -82,6 +90,15 @@ class Counting:
             created = {"session": sid, "body": None, "status": None, "arrived": time.monotonic(), "answered": None}
             self.creates.append(created)  # on arrival, so the log keeps the order the requests came in
             receive = _body_into(created, receive)
+            if self.capacity and len(self.open) + self.opening >= self.capacity:
+                while (await receive()).get("more_body", False):  # the body, into the log
+                    pass
+                created["status"], logged["answered"] = 429, time.monotonic()
+                created["answered"] = logged["answered"]
+                await send({"type": "http.response.start", "status": 429,
+                            "headers": [(b"content-type", b"application/json"), (b"retry-after", b"1")]})
+                return await send({"type": "http.response.body", "body": b'{"detail":"at capacity"}'})
+            self.opening += 1
 
         async def watch(message: dict[str, Any]) -> None:
             if message["type"] == "http.response.start":
@@ -95,7 +112,20 @@ class Counting:
                         self.open.discard(sid)
             await send(message)
 
-        return await self.app(scope, receive, watch)
+        try:
+            return await self.app(scope, receive, watch)
+        finally:
+            if created is not None:
+                self.opening -= 1
+
+
+async def _read(receive: Any) -> str:
+    chunks = []
+    while True:
+        message = await receive()
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            return b"".join(chunks).decode()
 
 
 def _body_into(record: dict[str, Any], receive: Any) -> Any:
@@ -143,6 +173,10 @@ class Running:
         seconds; the server must run with ORSGEN_COUNT_REQUESTS=1)."""
         with urllib.request.urlopen(f"{self.url}/_log", timeout=5) as r:
             return list(json.loads(r.read()))
+
+    def set_capacity(self, sessions: int) -> None:
+        """Refuse `POST /create` with 429 at this many sessions open or opening (0: never); ORSGEN_COUNT_REQUESTS=1."""
+        urllib.request.urlopen(urllib.request.Request(f"{self.url}/_capacity", data=str(sessions).encode()), timeout=5)
 
     def kill(self) -> None:
         """Die without closing anything, as a crashed server does."""

@@ -191,7 +191,8 @@ class Adapter:
         taken = self._ahead(where.batch, split, index) if self._opens_ahead() else None
         if taken is None:
             self._notice(where)
-        future = loop.submit(self._open(env, split, index) if taken is None else self._take(taken, env, split, index))
+        future = loop.submit(self._open(env, split, index) if taken is None or where.batch is None
+                             else self._take(taken, where.batch.tag, env, split, index))
         if self.open_in_background and isinstance(row.get("task_prompt"), str):
             self._expected = row["task_prompt"]
             self._opening = future
@@ -302,11 +303,18 @@ class Adapter:
             plan.append((other, env, split, index, opening))
         client.loop().submit(_look_ahead(plan))
 
-    async def _take(self, taken: ahead.Opening, env: AsyncEnvironment, split: str,
+    async def _take(self, taken: ahead.Opening, tag: ahead.Tag, env: AsyncEnvironment, split: str,
                     index: int) -> tuple[AsyncSession, Any]:
-        """The session opened ahead; one the look-ahead left (None) opens now."""
+        """The session opened ahead. One the look-ahead could not open (None) is replaced by another opened for the
+        same task, which a later rollout would have taken (at capacity, the later rollouts' sessions are what holds
+        the places), else opened now."""
         opened = await asyncio.wrap_future(taken)
-        return opened if opened is not None else await self._open(env, split, index)
+        while opened is None:
+            other = self.pinned.ahead.take(tag, self._key(split, index))
+            if other is None:
+                return await self._open(env, split, index)
+            opened = await asyncio.wrap_future(other)
+        return opened
 
     def _notice(self, where: trl.Place) -> None:
         """Say once when open-ahead cannot engage inside a trainer, instead of turning off unseen."""
