@@ -187,9 +187,13 @@ def _tool(spec: dict[str, Any], taken: set[str], prefixes: set[str]) -> Tool:
     params: list[Param] = []
     py_taken: set[str] = set()
     described: dict[str, str] = {}  # an object's fields, as described in the text -> the argument that has them
+    cut_types: list[str] = []  # arguments whose types nest past MAX_TYPE_DEPTH
     for wire_param, prop in props.items():
         notes: list[str] = []
+        cuts = converter.cuts
         node = converter.convert(prop, notes)
+        if converter.cuts > cuts:
+            cut_types.append(wire_param)
         resolved, _ = converter.resolve(prop, ())
         resolved = resolved if isinstance(resolved, dict) else {}
         text = _first_text(prop, resolved, arg_docs.get(wire_param))
@@ -210,13 +214,13 @@ def _tool(spec: dict[str, Any], taken: set[str], prefixes: set[str]) -> Tool:
     body = docs.neutralise(description) or f"Call the {wire!r} tool."
     tool = Tool(wire, attr, body, docs.one_line(returns), params, converter.warnings)
     tool.lost = [f"{k}: {_json(v)}" for k, v in schema.items() if k not in CARRIED]
-    _bounded(tool, spec, props, converter.cut)
+    _bounded(tool, spec, props, cut_types)
     if any(p.type.structured() for p in params):
         _add_typeddicts(tool, schema, prefixes)
     return tool
 
 
-def _bounded(tool: Tool, spec: dict[str, Any], props: dict[str, Any], cut_types: bool) -> None:
+def _bounded(tool: Tool, spec: dict[str, Any], props: dict[str, Any], cut_types: list[str]) -> None:
     """What `runtime.bounds` cut from the spec, or the converter from the types: a warning and, per argument, a lost
     item (the report counts them)."""
     description = spec.get("description") or ""
@@ -232,8 +236,7 @@ def _bounded(tool: Tool, spec: dict[str, Any], props: dict[str, Any], cut_types:
     if bounds.DEPTH_CUT in _json(spec.get("input_schema")):
         tool.warnings.append(f"the schema nests deeper than {bounds.MAX_DEPTH} levels: below that, any value "
                              "(its structure is lost, see --report)")
-    if cut_types:
-        tool.lost.append(f"cut: types nested deeper than {typemap.MAX_TYPE_DEPTH} levels (any value there)")
+    tool.lost += [f"cut: {wire}: its types nested deeper than {typemap.MAX_TYPE_DEPTH} levels" for wire in cut_types]
 
 
 def _add_typeddicts(tool: Tool, schema: dict[str, Any], prefixes: set[str]) -> None:

@@ -158,7 +158,7 @@ class Converter:
 
     root: dict[str, Any]
     warnings: list[str] = field(default_factory=list)
-    cut: bool = False  # a type nested deeper than MAX_TYPE_DEPTH became Any
+    cuts: int = 0  # types nested deeper than MAX_TYPE_DEPTH that became Any
 
     def resolve(self, node: Any, seen: tuple[str, ...]) -> tuple[Any, tuple[str, ...]]:
         """Follow `$ref` (and `allOf: [one]`) to a schema; a ref already on the path is cut to `{}`."""
@@ -195,9 +195,9 @@ class Converter:
     def convert(self, node: Any, notes: list[str], seen: tuple[str, ...] = (), depth: int = 0) -> Node:
         """The annotation node for `node`; what it cannot express is appended to `notes`."""
         if depth > MAX_TYPE_DEPTH:  # an annotation this deep says nothing to a model, and Python cannot parse ~200
-            if not self.cut:
+            if not self.cuts:
                 self.warnings.append(f"types nested deeper than {MAX_TYPE_DEPTH} levels are any value there")
-            self.cut = True
+            self.cuts += 1
             return AnyType()
         s, seen = self.resolve(node, seen)
         if not isinstance(s, dict):
