@@ -65,7 +65,12 @@ class Server:
             if self.env is not None:
                 body["env_name"] = self.env
             self.request("POST", "/create", body, sid=sid, secrets=True, timeout=SESSION_TIMEOUT)
-            return self.request("GET", self.path("/task_tools"), sid=sid)
+            try:
+                return self.request("GET", self.path("/task_tools"), sid=sid)
+            except HTTPStatusError as exc:
+                if exc.status != 404:
+                    raise
+                return self.request("GET", self.path("/tools"), sid=sid)  # a server before task tools: the SDK's way
         finally:
             for path in ("/delete", "/delete_session"):
                 try:
@@ -129,8 +134,8 @@ class Server:
                 if exc.code in RETRIED and attempt + 1 < ATTEMPTS:
                     time.sleep(_retry_after(exc) or float(2**attempt))
                     continue
-                raise OrsgenError(self.scrub(f"{url} answered HTTP {exc.code}{': ' + detail if detail else ''}")) \
-                    from None
+                raise HTTPStatusError(self.scrub(f"{url} answered HTTP {exc.code}{': ' + detail if detail else ''}"),
+                                      exc.code) from None
             except (urllib.error.URLError, OSError) as exc:
                 reason = getattr(exc, "reason", exc)
                 raise OrsgenError(self.scrub(f"cannot reach ORS server at {self.base}: {reason}")) from None
@@ -144,6 +149,12 @@ class Server:
             if value:
                 text = text.replace(value, "***")
         return text
+
+
+class HTTPStatusError(OrsgenError):
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 def secrets_header(secrets: Mapping[str, str], api_key: str, base: str) -> str:
