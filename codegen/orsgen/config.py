@@ -52,7 +52,7 @@ OPTIONS = (
     Option("task-tools-from", str, "read the tools these tasks advertise (0,1,5 | 0-9 | all): one class per set",
            "TASKS"),
     Option("task-tools-for-all", bool, "with --task-tools-from: every task gets the tools those tasks advertise"),
-    Option("secret", list, "send env var NAME's value as secret NAME when generation opens sessions (repeatable)",
+    Option("secret", list, "send env var NAME as the secret NAME of the sessions generation opens; repeatable",
            "NAME"),
     Option("pin-tasks", bool, "also write the splits' tasks to FILE.tasks.json: sessions open on them"),
     Option("async-tools", bool, "tool methods as `async def` (TRL runs one message's calls concurrently)"),
