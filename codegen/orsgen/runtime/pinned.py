@@ -46,6 +46,7 @@ class Pinned:
     _drift_checked: set[str] = field(default_factory=set, repr=False)
     _sizes: dict[tuple[str | None, str], int] = field(default_factory=dict, repr=False)
     _builds_seen: set[str] = field(default_factory=set, repr=False)
+    _serves_env: set[str] = field(default_factory=set, repr=False)  # servers known to serve the environment
     _tasks: dict[str, list[Any]] | None = field(default=None, repr=False)
     _drift_lock: asyncio.Lock | None = field(default=None, repr=False)  # made on the runtime's loop
     order: Order = field(default_factory=Order, repr=False)
@@ -84,10 +85,11 @@ class Pinned:
         """Raise WrongServer, one line, when a 404 came from a session server that does not serve the environment
         this module pins (`url=` or OPENREWARD_SESSION_URL pointing elsewhere)."""
         server = self.server(url)
-        if client.status(exc) != 404 or server is None or self.env is None:
+        if client.status(exc) != 404 or server is None or self.env is None or server in self._serves_env:
             return
         served = client.served(server)
         if served is None or self.env.lower() in {name.lower() for name in served}:
+            self._serves_env.add(server)  # asked once per server: its other 404s are the tasks' own
             return
         raise WrongServer(
             f"{server} serves {', '.join(served) or 'no environment'}, not {self.env!r}, which {self.module} pins "
