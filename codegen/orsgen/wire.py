@@ -1,10 +1,11 @@
 """The few ORS endpoints the generator reads, spoken with urllib (docs: ors-protocol.md, SDK 0.1.167).
 
-Importing the openreward SDK costs seconds (its package init imports model providers' types); generation needs
-seven endpoints, so it speaks them itself. tests/test_wire.py holds this to the SDK's own Server.
+Importing the openreward SDK costs seconds (its package init imports model providers' types); generation needs a
+few small endpoints, so it speaks them itself. tests/test_wire.py holds what it reads to what the SDK reads.
 """
 
 import base64
+import contextlib
 import json
 import time
 import urllib.error
@@ -73,10 +74,8 @@ class Server:
                 return self.request("GET", self.path("/tools"), sid=sid)  # a server before task tools: the SDK's way
         finally:
             for path in ("/delete", "/delete_session"):
-                try:
+                with contextlib.suppress(OrsgenError):  # the server reaps what it was not told
                     self.request("POST", path, sid=sid, deployment=False)
-                except OrsgenError:
-                    pass  # the server reaps what it was not told
 
     def _env_level(self, method: str, path: str, body: Any = None) -> Any:
         if not self.platform:
@@ -85,10 +84,8 @@ class Server:
         try:
             return self.request(method, path, body, sid=sid)
         finally:
-            try:
+            with contextlib.suppress(OrsgenError):
                 self.request("POST", "/delete_session", sid=sid, deployment=False)
-            except OrsgenError:
-                pass
 
     def _create_session(self, secrets: bool) -> str:
         """`POST /create_session`: the session id, from its SSE `task_id` event (or a JSON `sid`)."""
