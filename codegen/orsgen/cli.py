@@ -69,9 +69,7 @@ def jobs(args: argparse.Namespace) -> list[config.Job]:
         raise OrsgenError("give the output module with -o FILE")
     output = Path(os.path.normpath(args.output or "adapter.py"))
     if len(args.targets) == 1 and len(envs) <= 1:
-        return [config.Job(args.targets[0], output, envs[0] if envs else None, args.class_name, args.templates,
-                           args.task_tools_from, args.task_tools_for_all, tuple(args.secret or ()), args.pin_tasks,
-                           args.async_tools)]
+        return [replace(job_of(args.targets[0], output, envs[0] if envs else None, args), class_name=args.class_name)]
     if output.suffix == ".py" or args.class_name:
         raise OrsgenError("with several environments, -o is a directory and --class-name cannot be used")
     if len(args.targets) > 1 and envs:
@@ -87,15 +85,11 @@ def jobs(args: argparse.Namespace) -> list[config.Job]:
             embedded = pin.read(Path(target))
             source, snap = embedded.source, embedded.snapshot
         else:
-            job = config.Job(target, output, env, None, args.templates, args.task_tools_from, args.task_tools_for_all,
-                             tuple(args.secret or ()))
-            source, snap = fetch(target, env, probe(job, require_task_tools=False))
+            source, snap = fetch(target, env, probe(job_of(target, output, env, args), require_task_tools=False))
         name = naming.unique(naming.module_name(source.env or source.name), names, BUNDLE_NAMES)
         if any(job.fetched[0] == source for job in found):
             raise OrsgenError(f"environment {source.env or source.deployment} of {target} is given twice")
-        found.append(config.Job(target, output / f"{name}.py", env, None, args.templates, args.task_tools_from,
-                                args.task_tools_for_all, tuple(args.secret or ()), args.pin_tasks, args.async_tools,
-                                fetched=(source, snap)))
+        found.append(replace(job_of(target, output / f"{name}.py", env, args), fetched=(source, snap)))
     return found
 
 
@@ -106,6 +100,12 @@ def validate(job: config.Job) -> None:
         raise OrsgenError(f"{job.output}: {job.output.stem!r} is not an importable module name (use {fix}.py)")
     if job.templates is not None:
         pipeline.check_templates(job.templates)
+
+
+def job_of(target: str, output: Path, env: str | None, args: argparse.Namespace) -> config.Job:
+    """A command-line job: the target's options from the flags."""
+    return config.Job(target, output, env, None, args.templates, args.task_tools_from, args.task_tools_for_all,
+                      tuple(args.secret or ()), args.pin_tasks, args.async_tools)
 
 
 def probe(job: config.Job, require_task_tools: bool = True) -> Probe:
