@@ -94,10 +94,7 @@ def _from_catalog(name: str, env: str | None, probe: Probe) -> tuple[Source, dic
     api_key = os.environ.get("OPENREWARD_API_KEY", "")
     if not api_key:
         raise OrsgenError(f"{name} is a catalog name: set OPENREWARD_API_KEY (it is used, never stored)")
-    from openreward import OpenReward  # the platform's session host, as the SDK derives it (OPENREWARD_URL, ...)
-
-    session_url = OpenReward(api_key=api_key).session_base_url.rstrip("/")
-    server = wire.Server(session_url, deployment=name, env=None, api_key=api_key, secrets=probe.secrets,
+    server = wire.Server(wire.platform_sessions(), deployment=name, env=None, api_key=api_key, secrets=probe.secrets,
                          platform=True)
     if env is None:
         try:
@@ -185,13 +182,8 @@ def _task_tools(server: wire.Server, split: str, probe: Probe, shared: list[dict
 def tasks(source: Source, splits: list[str]) -> dict[str, Any]:
     """Every task spec of the splits, for `--pin-tasks` (one task-range request per split)."""
     api_key = os.environ.get("OPENREWARD_API_KEY", "")
-    if source.url is not None:
-        server = wire.Server(source.url, deployment=source.deployment, env=source.env, api_key=api_key)
-    else:
-        from openreward import OpenReward
-
-        server = wire.Server(OpenReward(api_key=api_key).session_base_url.rstrip("/"), source.deployment, source.env,
-                             api_key, platform=True)
+    server = wire.Server(source.url or wire.platform_sessions(), source.deployment, source.env, api_key,
+                         platform=source.url is None)
     try:
         return {"format": 1, "env": source.env, "splits": {s: server.task_range(s) for s in splits}}
     except (OrsgenError, KeyError, TypeError) as exc:

@@ -7,6 +7,7 @@ few small endpoints, so it speaks them itself. tests/test_wire.py holds what it 
 import base64
 import contextlib
 import json
+import os
 import time
 import urllib.error
 import urllib.parse
@@ -146,6 +147,16 @@ class Server:
             if value:
                 text = text.replace(value, "***")
         return text
+
+
+def platform_sessions() -> str:
+    """The platform's session server, as the SDK derives it (`OpenReward().session_base_url`):
+    OPENREWARD_SESSION_URL, else `sessions.` + the host of OPENREWARD_URL (https://openreward.ai)."""
+    explicit = os.environ.get("OPENREWARD_SESSION_URL")
+    if explicit:
+        return explicit.rstrip("/")
+    base = urllib.parse.urlparse(os.environ.get("OPENREWARD_URL", "https://openreward.ai"))
+    return urllib.parse.urlunparse(base._replace(netloc=f"sessions.{base.netloc}")).rstrip("/")
 
 
 class HTTPStatusError(OrsgenError):
