@@ -78,8 +78,10 @@ def test_unreadable_error_text_is_short_without_urls_or_reprs():
     many = "Tool input validation error: " + repr([{"type": "missing", "loc": (f"f{i}",), "msg": "Field required"}
                                                    for i in range(40)])
     failed = ToolFailed("kaboom, see https://example.com/help and " + "z" * 5000)
+    blank = ToolCallError("input_validation", " \n" * 500_000 + "x")  # megabytes of spaces: read in linear time
     texts = [str(_tool_error("t", e)) for e in (ToolCallError("input_validation", garbage),
-                                               ToolCallError("input_validation", many), failed)]
+                                               ToolCallError("input_validation", many), failed, blank)]
+    assert texts[3] == "t: invalid arguments: the server rejected them"
     assert texts[0] == "t: invalid arguments: Tool input validation error"
     assert texts[1].startswith("t: invalid arguments: f0: Field required; f1: Field required") and \
         texts[1].endswith("f5: Field required; and 34 more")

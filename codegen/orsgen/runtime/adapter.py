@@ -447,7 +447,7 @@ def _literal(text: str) -> str:
 
 def _short(text: str, limit: int = MAX_ERROR) -> str:
     """One line without URLs, at most `limit` characters."""
-    line = " ".join(_URL.sub("", text).split())
+    line = " ".join(_URL.sub("", " ".join(text[: limit * 50].split())).split())  # spaces first: the pattern stays linear
     return line if len(line) <= limit else line[: limit - 3].rstrip() + "..."
 
 
@@ -467,7 +467,7 @@ def _tool_error(name: str, exc: BaseException) -> ToolError:
         if fields:  # what the model can act on: one short sentence per field, no pydantic dicts or URLs
             return ToolError(f"{name}: invalid arguments: {'; '.join(fields)}")
         if exc.reason == "input_validation" or "[{" in exc.detail:  # a list it could not read: no repr for the model
-            head = exc.detail.split("[{", 1)[0].rstrip(" :") or "the server rejected them"
+            head = _short(exc.detail.split("[{", 1)[0]).rstrip(" :.") or "the server rejected them"
             return ToolError(_short(f"{name}: invalid arguments: {head}"))
         return ToolError(_short(f"{name} failed ({exc.reason}): {exc.detail}"))
     return ToolError(_short(f"{name} failed: {client.describe(exc)}"))
