@@ -252,14 +252,26 @@ def generate(target: str, output: Path, *options: str) -> float:
     return ms
 
 
-def bench_wide(rec: Recorder, server: BenchServer, workdir: Path, reps: int, gen_reps: int) -> list[float]:
-    """100 tools: orsgen generates once from the saved /tools JSON (returned: the generation times, an orsgen-only
-    figure: TRL has no such step); then both start up, TRL binding the tools every time."""
-    tools_json = workdir / "wide.json"
-    tools_json.write_text(json.dumps(server._request("GET", "/wide/tools"), indent=1))
-    module_path = workdir / "wide_adapter.py"
+def generation_times(server: BenchServer, env: str, workdir: Path, reps: int) -> dict[str, list[float]]:
+    """The CLI's wall time generating `env`'s adapter offline (from its saved /tools JSON), live (from the URL) and
+    `--check` live: orsgen-only figures, TRL has no such step."""
+    tools_json = workdir / f"{env}.json"
+    tools_json.write_text(json.dumps(server._request("GET", f"/{env}/tools"), indent=1))
+    module_path = workdir / f"{env}_adapter.py"
     # a saved /tools JSON does not say which environment it is: the CLI asks for its name on the server
-    generation_ms = [generate(str(tools_json), module_path, "--env", "wide") for _ in range(gen_reps)]
+    times: dict[str, list[float]] = {"offline": [], "live": [], "live --check": []}
+    for _ in range(reps):
+        times["offline"].append(generate(str(tools_json), module_path, "--env", env))
+        times["live"].append(generate(server.url, module_path, "--env", env))
+        times["live --check"].append(generate(server.url, module_path, "--env", env, "--check"))
+    return times
+
+
+def bench_wide(rec: Recorder, server: BenchServer, workdir: Path, reps: int, gen_reps: int) -> dict[str, list[float]]:
+    """100 tools: orsgen generates once (returned: the generation times); then both start up, TRL binding the tools
+    every time."""
+    generation_ms = generation_times(server, "wide", workdir, gen_reps)
+    module_path = workdir / "wide_adapter.py"
     sides = (Orsgen(module_path, "Wide"), Trl(server.url))
     for rep in range(reps):
         for side in alternate(sides, rep):
@@ -619,7 +631,7 @@ def main() -> None:
     # TRL's documented self-hosted setup; the orsgen adapter pins the same URL (and honours the same variable).
     os.environ["OPENREWARD_API_URL"] = os.environ["OPENREWARD_SESSION_URL"] = url
     rec = Recorder()
-    generation_ms: list[float] = []
+    generation_ms: dict[str, dict[str, list[float]]] = {}
     grpo_log: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="orsgen-bench-") as tmp:
         workdir = Path(tmp)
@@ -633,11 +645,13 @@ def main() -> None:
                     if not adapter_path.exists():
                         generate(url, adapter_path)
                     rec.use(server, latency_ms)
+                    if not latency_ms:
+                        generation_ms["small (2 tools)"] = generation_times(server, "bench", workdir, slow_reps)
                     bench_pass(rec, (Orsgen(adapter_path, "Bench"), Trl(url)), reps, dataset_reps, tag)
             print("pass: 100-tool environment", flush=True)
             with serving("wide", port) as server:
                 rec.use(server, 0)
-                generation_ms = bench_wide(rec, server, workdir, reps, slow_reps)
+                generation_ms["100 tools"] = bench_wide(rec, server, workdir, reps, slow_reps)
         tokenizer = None
         load_before = os.getloadavg()
         # the smaller groups run with latency only: there open-ahead must still not lose to the runtime without it
@@ -664,10 +678,10 @@ def main() -> None:
     print()
     for line in grpo_summary(rows):
         print(line)
-    if generation_ms:
-        print(f"\norsgen generation of the 100-tool adapter (the CLI's wall time; once per schema change, offline, so "
-              f"not a row: TRL has no such step and binds at every start instead): median "
-              f"{statistics.median(generation_ms):.0f} ms over {len(generation_ms)} runs.")
+    for env, times in generation_ms.items():
+        medians = ", ".join(f"{kind} {statistics.median(ms):.0f} ms" for kind, ms in times.items())
+        print(f"orsgen generation, {env} (the CLI's wall time, median of {len(times['live'])}; once per schema change, "
+              f"so not a row: TRL has no such step and binds at every start instead): {medians}.")
     print("n = repetitions orsgen/TRL.\nRequests are counted until the server is "
           f"quiet (a settle of 50 ms after the call, {50 + 3 * args.latency_ms:g} ms with latency): work the SDK or "
           "adapter does in the background (the first ping of a session, a background close) counts with its operation.")
@@ -684,7 +698,7 @@ def main() -> None:
         print("PYTHONDONTWRITEBYTECODE is set: orsgen's startup rows include compiling the generated module.")
     if not args.grpo_only:
         meta = {"reps": reps, "latency_ms": args.latency_ms, "python": platform.python_version(),
-                "cpus": os.cpu_count(), "num_tasks": NUM_TASKS, "generation_100_tools_ms": generation_ms}
+                "cpus": os.cpu_count(), "num_tasks": NUM_TASKS, "generation_ms": generation_ms}
     if grpo_runs:
         meta["grpo"] = {"steps": GRPO_STEPS, "rollouts_per_step": GRPO_BATCH,
                         "num_generations": [GRPO_GROUP, GRPO_SMALL_GROUP], "runs_per_side": grpo_runs, "latency_ms": [lat for lat, _, _ in passes],

@@ -50,7 +50,7 @@ def main(specs: list[str] | None = None) -> None:
 class Counting:
     """ASGI wrapper counting requests by "METHOD /path" and tracking open sessions (a 200 on /create opens one,
     /delete closes it). `GET /_requests` returns the counts and resets them; `GET /_sessions` the open ones;
-    `GET /_log` every request so far with its session and times; `GET /_creates` every `POST /create` so far, in the order they arrived: {"session": X-Session-ID, "body": the
+    `GET /_log` every request so far with its session and times, `GET /_headers` with its headers; `GET /_creates` every `POST /create` so far, in the order they arrived: {"session": X-Session-ID, "body": the
     JSON body (it holds "split" and "index"), "status": the response status, "arrived"/"answered": the server's
     monotonic clock when the request came in and when its answer started}."""
 
@@ -64,13 +64,14 @@ class Counting:
         # pool refuses; `POST /_capacity` with a number sets it (0: none).
         self.capacity = int(os.environ.get("ORSGEN_CAPACITY", "0"))
         self.opening = 0
+        self.headers: list[dict[str, Any]] = []  # every request: "METHOD /path" and its headers
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        if scope["path"] in ("/_requests", "/_sessions", "/_creates", "/_log"):
+        if scope["path"] in ("/_requests", "/_sessions", "/_creates", "/_log", "/_headers"):
             reply: Any = {"/_requests": self.counts, "/_sessions": sorted(self.open), "/_creates": self.creates,
-                          "/_log": self.log}
+                          "/_log": self.log, "/_headers": self.headers}
             reply = reply[scope["path"]]
             if scope["path"] == "/_requests":
                 self.counts = {}
@@ -85,6 +86,8 @@ class Counting:
         sid = dict(scope["headers"]).get(b"x-session-id", b"").decode()
         logged = {"request": key, "session": sid, "arrived": time.monotonic(), "answered": None}
         self.log.append(logged)
+        self.headers.append({"request": key, "headers": {k.decode("latin-1"): v.decode("latin-1")
+                                                         for k, v in scope["headers"]}})
         created: dict[str, Any] | None = None
         if key == "POST /create":
             created = {"session": sid, "body": None, "status": None, "arrived": time.monotonic(), "answered": None}
@@ -177,6 +180,12 @@ class Running:
     def set_capacity(self, sessions: int) -> None:
         """Refuse `POST /create` with 429 at this many sessions open or opening (0: never); ORSGEN_COUNT_REQUESTS=1."""
         urllib.request.urlopen(urllib.request.Request(f"{self.url}/_capacity", data=str(sessions).encode()), timeout=5)
+
+    def headers(self) -> list[dict[str, Any]]:
+        """Every request the server received, in order: {"request": "METHOD /path", "headers": {name: value}} (the
+        server must run with ORSGEN_COUNT_REQUESTS=1)."""
+        with urllib.request.urlopen(f"{self.url}/_headers", timeout=5) as r:
+            return list(json.loads(r.read()))
 
     def kill(self) -> None:
         """Die without closing anything, as a crashed server does."""

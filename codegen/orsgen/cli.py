@@ -17,7 +17,7 @@ from orsgen import __version__, config, model, pin, pipeline, report, write
 from orsgen.errors import OrsgenError
 from orsgen.model import naming
 from orsgen.render import formatter_note
-from orsgen.source import Source, fetch
+from orsgen.source import Probe, Source, fetch
 from orsgen.source import tasks as fetch_tasks
 
 
@@ -60,6 +60,9 @@ def jobs(args: argparse.Namespace) -> list[config.Job]:
     if not args.targets:
         if args.output or envs or args.class_name:
             raise OrsgenError("-o, --env and --class-name go with a TARGET")
+        if args.task_tools_from or args.task_tools_for_all or args.secret:  # per environment: pyproject.toml says
+            raise OrsgenError("--task-tools-from, --task-tools-for-all and --secret go with a TARGET; for pyproject "
+                              "targets set task-tools-from, task-tools-for-all or secret in their table")
         listed = config.load(args.config or config.find(Path.cwd()))
         return [replace(j, templates=args.templates or j.templates, pin_tasks=args.pin_tasks or j.pin_tasks,
                         async_tools=args.async_tools or j.async_tools) for j in listed]
@@ -67,8 +70,7 @@ def jobs(args: argparse.Namespace) -> list[config.Job]:
         raise OrsgenError("give the output module with -o FILE")
     output = Path(os.path.normpath(args.output or "adapter.py"))
     if len(args.targets) == 1 and len(envs) <= 1:
-        return [config.Job(args.targets[0], output, envs[0] if envs else None, args.class_name, args.templates,
-                           args.task_tools_from, args.pin_tasks, args.async_tools)]
+        return [replace(job_of(args.targets[0], output, envs[0] if envs else None, args), class_name=args.class_name)]
     if output.suffix == ".py" or args.class_name:
         raise OrsgenError("with several environments, -o is a directory and --class-name cannot be used")
     if len(args.targets) > 1 and envs:
@@ -84,12 +86,11 @@ def jobs(args: argparse.Namespace) -> list[config.Job]:
             embedded = pin.read(Path(target))
             source, snap = embedded.source, embedded.snapshot
         else:
-            source, snap = fetch(target, env, args.task_tools_from, require_task_tools=False)
+            source, snap = fetch(target, env, probe(job_of(target, output, env, args), require_task_tools=False))
         name = naming.unique(naming.module_name(source.env or source.name), names, BUNDLE_NAMES)
         if any(job.fetched[0] == source for job in found):
             raise OrsgenError(f"environment {source.env or source.deployment} of {target} is given twice")
-        found.append(config.Job(target, output / f"{name}.py", env, None, args.templates, args.task_tools_from,
-                                args.pin_tasks, args.async_tools, fetched=(source, snap)))
+        found.append(replace(job_of(target, output / f"{name}.py", env, args), fetched=(source, snap)))
     return found
 
 
@@ -100,6 +101,29 @@ def validate(job: config.Job) -> None:
         raise OrsgenError(f"{job.output}: {job.output.stem!r} is not an importable module name (use {fix}.py)")
     if job.templates is not None:
         pipeline.check_templates(job.templates)
+
+
+def job_of(target: str, output: Path, env: str | None, args: argparse.Namespace) -> config.Job:
+    """A command-line job: the target's options from the flags."""
+    return config.Job(target, output, env, None, args.templates, args.task_tools_from, args.task_tools_for_all,
+                      tuple(args.secret or ()), args.pin_tasks, args.async_tools)
+
+
+def probe(job: config.Job, require_task_tools: bool = True) -> Probe:
+    """What a job's generation reads beyond /tools; --secret values come from the environment, never a file."""
+    if job.task_tools_for_all and not job.task_tools_from:
+        raise OrsgenError("--task-tools-for-all goes with --task-tools-from TASKS (the tasks whose tools every task gets)")
+    missing = [name for name in job.secret if name not in os.environ]
+    if missing:
+        raise OrsgenError(f"--secret {missing[0]}: set the environment variable {missing[0]} (its value is sent as "
+                          "the secret of that name when a session opens, and never written)")
+    for name in ("api_key", "OPENREWARD_API_KEY"):
+        if name in job.secret:
+            print(f"orsgen: warning: --secret {name}: the openreward SDK sends the API key as the secret {name}, "
+                  "replacing yours, at generation and at run time; pass the value as OPENREWARD_API_KEY (or the "
+                  "adapter's api_key=) instead", file=sys.stderr)
+    secrets = {name: os.environ[name] for name in job.secret}
+    return Probe(job.task_tools_from, job.task_tools_for_all, secrets, require_task_tools)
 
 
 def render(job: config.Job) -> tuple[str, model.Adapter, dict[str, Any], Source]:
@@ -118,7 +142,7 @@ def render(job: config.Job) -> tuple[str, model.Adapter, dict[str, Any], Source]
         command = pin.retarget(pinned.command, job.output, templates=templates, class_name=job.class_name)
         async_tools = async_tools or pinned.async_tools
     else:
-        source, snap = fetch(job.target, job.env, job.task_tools_from)
+        source, snap = fetch(job.target, job.env, probe(job))
         class_name, command = job.class_name, job.command()
     if job.root is not None:  # as the pyproject names it, whatever folder orsgen runs in
         source = replace(source, target=job._shown(job.target))
@@ -211,6 +235,11 @@ def summary(adapter: model.Adapter) -> str:
     for variant in adapter.variants:
         extra = ", ".join(t.wire_name for t in variant.tools)
         text += f"; class {variant.class_name} adds {extra} for tasks {_ranges(variant.tasks)}"
+    if adapter.unread:
+        text += (f"; tasks {adapter.unread_spans()} were not read (--task-tools-from): they get class "
+                 f"{adapter.class_name}, the shared tools only")
+    if adapter.to_all:
+        text += f"; every task gets {', '.join(adapter.to_all)} (--task-tools-for-all)"
     if adapter.terminal_tool:
         text += f"; terminal tool {adapter.terminal_tool.get('name')} (terminal_reward)"
     return text
@@ -263,6 +292,11 @@ def run(job: config.Job, args: argparse.Namespace) -> tuple[int, model.Adapter |
         tasks = pinned_tasks(job, source, snap)
         emit(tasks_path(job.output), tasks,
              ", ".join(f"{len(v)} {k} tasks" for k, v in json.loads(tasks)["splits"].items()))
+    unread = [name for name, why in adapter.skipped if why.startswith(model.UNREADABLE)]
+    if unread:  # the rest is written: one broken tool does not cost the others
+        print(f"orsgen: error: {job.output}: {len(unread)} tool(s) could not be generated ({', '.join(map(repr, unread))}: "
+              "see the warnings); the others were written", file=sys.stderr)
+        return 2, adapter
     return 0, adapter
 
 

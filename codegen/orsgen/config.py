@@ -10,6 +10,8 @@
     class-name = "Seta"                 # optional
     pin-tasks = true                    # optional: write the task list next to the module
     async-tools = true                  # optional: `async def` tools (TRL gathers them)
+    task-tools-from = "0"               # optional: with task-tools-for-all = true, task 0's tools go to every task
+    secret = ["GRADER_KEY"]             # optional: environment variables sent as secrets when sessions open
 """
 
 import argparse
@@ -49,6 +51,9 @@ OPTIONS = (
     Option("templates", Path, "folder of templates that shadow the built-in ones, by file name", "DIR"),
     Option("task-tools-from", str, "read the tools these tasks advertise (0,1,5 | 0-9 | all): one class per set",
            "TASKS"),
+    Option("task-tools-for-all", bool, "with --task-tools-from: every task gets the tools those tasks advertise"),
+    Option("secret", list, "send env var NAME as the secret NAME of the sessions generation opens; repeatable",
+           "NAME"),
     Option("pin-tasks", bool, "also write the splits' tasks to FILE.tasks.json: sessions open on them"),
     Option("async-tools", bool, "tool methods as `async def` (TRL runs one message's calls concurrently)"),
 )
@@ -59,7 +64,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     for option in OPTIONS:
         if option.kind is bool:
             parser.add_argument(option.flag, action="store_true", help=option.help)
-        elif option.name == "env":
+        elif option.name == "env" or option.kind is list:
             parser.add_argument(option.flag, action="append", metavar=option.metavar, help=option.help)
         else:
             parser.add_argument(option.flag, type=option.kind, metavar=option.metavar, help=option.help)
@@ -73,6 +78,8 @@ class Job:
     class_name: str | None = None
     templates: Path | None = None
     task_tools_from: str | None = None
+    task_tools_for_all: bool = False
+    secret: tuple[str, ...] = ()  # names of environment variables; their values are never stored
     pin_tasks: bool = False
     async_tools: bool = False
     fetched: Any = None  # (Source, snapshot) when already fetched (several environments into one directory)
@@ -85,6 +92,8 @@ class Job:
             value = getattr(self, option.field)
             if option.kind is bool:
                 words += [option.flag] if value else []
+            elif option.kind is list:
+                words += [word for name in value for word in (option.flag, name)]
             elif value is not None:
                 words += [option.flag, self._shown(value) if isinstance(value, Path) else str(value)]
         return shlex.join([*words, "-o", self._shown(self.output)])  # quoted: a path may hold a space
@@ -142,6 +151,10 @@ def _job(name: str, spec: Any, base: Path, shared: Any, pyproject: Path) -> Job:
             continue
         if option.kind is bool:
             values[option.field] = bool(value)
+        elif option.kind is list:
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise OrsgenError(f"{where}: {option.name} must be a list of names")
+            values[option.field] = tuple(value)
         elif option.kind is Path:
             values[option.field] = base / value
         else:

@@ -5,9 +5,13 @@ Accepted: an ORS `/tools` response (`{"tools": [{"name", "description", "input_s
 wild (`"dict"`, `"float"`, `"any"`, ...) become standard JSON Schema here, so `types` only knows the standard.
 """
 
+import json
+import sys
+import threading
 from typing import Any
 
 from orsgen.errors import OrsgenError
+from orsgen.runtime import bounds
 
 # Non-standard `type` values found in real tool lists (BFCL, hand-written MCP servers, Java-style specs).
 TYPE_ALIASES = {
@@ -23,8 +27,46 @@ ANY_TYPES = {"any", "anytype", ""}
 MAX_DEPTH = 64  # deeper schemas are cut: nothing a model could use lives down there
 
 
+READ_DEPTH = 500_000  # JSON nesting read at all (its parser needs a stack this deep); deeper input is refused
+_BIG_STACK = 512 * 1024 * 1024
+
+
+def loads(text: str | bytes, source: str) -> Any:
+    """JSON of any depth up to READ_DEPTH: Python's parser stops at a few hundred levels on the caller's stack."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise OrsgenError(f"{source}: not valid JSON: {exc}") from None
+    except RecursionError:
+        pass
+    found: dict[str, Any] = {}
+
+    def parse() -> None:
+        try:
+            found["value"] = json.loads(text)
+        except (ValueError, RecursionError) as exc:
+            found["error"] = exc
+
+    limit, size = sys.getrecursionlimit(), threading.stack_size()
+    try:
+        sys.setrecursionlimit(READ_DEPTH + 100)
+        threading.stack_size(_BIG_STACK)
+        reader = threading.Thread(target=parse, name="orsgen-deep-json")
+        reader.start()
+        reader.join()
+    finally:
+        threading.stack_size(size)
+        sys.setrecursionlimit(limit)
+    if isinstance(found.get("error"), RecursionError):
+        raise OrsgenError(f"{source}: nests deeper than {READ_DEPTH} levels: not read") from None
+    if "error" in found:
+        raise OrsgenError(f"{source}: not valid JSON: {found['error']}") from None
+    return found["value"]
+
+
 def tool_list(data: Any, source: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """(tools, rest): tools as `{"name", "description", "input_schema"}`, rest = other top-level keys."""
+    """(tools, rest): tools as `{"name", "description", "input_schema"}`, within the bounds of `runtime.bounds`;
+    rest = other top-level keys."""
     if isinstance(data, list):
         data = {"tools": data}
     if not isinstance(data, dict) or not isinstance(data.get("tools"), list):
@@ -35,14 +77,13 @@ def tool_list(data: Any, source: str) -> tuple[list[dict[str, Any]], dict[str, A
             raise OrsgenError(f"{source}: tools[{i}] has no string 'name'")
         schema = raw.get("input_schema", raw.get("inputSchema", raw.get("parameters")))
         description = raw.get("description")
-        tools.append(
-            {
-                "name": raw["name"],
-                "description": description if isinstance(description, str) else "",
-                "input_schema": schema,
-            }
-        )
-    rest = {k: v for k, v in data.items() if k != "tools"}
+        tools.append(bounds.tool({
+            "name": raw["name"],
+            "description": description if isinstance(description, str) else "",
+            "input_schema": schema,
+        }))
+    # The rest (terminal tool, a snapshot's task tools) holds tool specs a few levels down: bounded a little deeper.
+    rest = {k: bounds.value(v, limit=bounds.MAX_DEPTH + 8) for k, v in data.items() if k != "tools"}
     return tools, rest
 
 

@@ -150,6 +150,8 @@ def lost_arguments(tool: Tool, schema: Any) -> list[tuple[str, list[str]]]:
     for item in tool.lost:
         key, value = values.get(item, (None, None))
         named: set[str] = set()
+        if item.startswith("cut: "):  # cut by orsgen's bounds: "cut: WIRE_NAME: ..." is that argument's
+            named.add(item.split(": ", 2)[1])
         if key in KEYED_BY_ARGUMENT and isinstance(value, dict):
             named.update(value)
             if key in ("dependentRequired", "dependencies"):

@@ -1,20 +1,16 @@
 """Stage 1: get the tool list (and splits) of one environment, from a server, the catalog or a file."""
 
-import json
 import os
 import re
-import urllib.error
-import urllib.request
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from orsgen import normalize, snapshot
+from orsgen import normalize, snapshot, wire
 from orsgen.errors import OrsgenError
-from orsgen.runtime.client import describe
 
 CATALOG = re.compile(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+")
-TIMEOUT = 10.0
 
 
 @dataclass(frozen=True)
@@ -30,31 +26,34 @@ class Source:
     build: str | None = None  # the server's build (GET /version `build_sha`), on servers that report one
 
 
-def fetch(target: str, env: str | None = None, task_tools_from: str | None = None,
-          require_task_tools: bool = True) -> tuple[Source, dict[str, Any]]:
-    """(source, snapshot) for a TARGET: a URL, `owner/name`, or a JSON file. `task_tools_from` names the tasks
-    ("0,1,5", "0-9", "all") whose session tool lists (`/task_tools`) are read for task-specific tools."""
+@dataclass(frozen=True)
+class Probe:
+    """What generation reads beyond `/tools`: the tasks whose session tool lists (`/task_tools`) are read ("0,1,5",
+    "0-9", "all"), whether their tools then go to every task, and the secrets opening a session needs."""
+
+    task_tools_from: str | None = None
+    to_all: bool = False  # TRL's task_tools_discovery_index: the probed tasks' tools are every task's
+    secrets: Mapping[str, str] = field(default_factory=dict)  # name -> value, sent only in X-Secrets
+    require_task_tools: bool = True  # an option that finds nothing is refused (one environment of several: not)
+
+
+def fetch(target: str, env: str | None = None, probe: Probe | None = None) -> tuple[Source, dict[str, Any]]:
+    """(source, snapshot) for a TARGET: a URL, `owner/name`, or a JSON file."""
+    probe = probe or Probe()
     if re.match(r"https?://", target):
-        return _from_url(target.rstrip("/"), env, task_tools_from, require_task_tools)
+        return _from_url(target.rstrip("/"), env, probe)
     path = Path(target)
     if path.suffix == ".json" or path.exists():
-        if task_tools_from:
+        if probe.task_tools_from:
             raise OrsgenError("--task-tools-from needs a server or catalog TARGET (task tools need live sessions)")
         return _from_file(target, path, env)
     if CATALOG.fullmatch(target):
-        return _from_catalog(target, env, task_tools_from, require_task_tools)
+        return _from_catalog(target, env, probe)
     raise OrsgenError(f"TARGET {target!r} is not a URL, an owner/name catalog name or an existing JSON file")
 
 
 def _from_file(target: str, path: Path, env: str | None) -> tuple[Source, dict[str, Any]]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise OrsgenError(f"{target}: no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise OrsgenError(f"{target}: cannot read: {exc}") from None
-    except json.JSONDecodeError as exc:
-        raise OrsgenError(f"{target}: not valid JSON: {exc}") from None
+    data = read_json(path, target)
     tools, rest = normalize.tool_list(data, target)
     name = env or (rest.get("env") if isinstance(rest.get("env"), str) else None)
     if not name:  # the module pins it: a guess from the file name would send every request to the wrong path
@@ -67,66 +66,71 @@ def _from_file(target: str, path: Path, env: str | None) -> tuple[Source, dict[s
     return source, _snap(source.env, tools, extra)
 
 
-def _from_url(url: str, env: str | None, task_tools_from: str | None,
-              require_task_tools: bool = True) -> tuple[Source, dict[str, Any]]:
-    envs = _get_json(f"{url}/list_environments", {})
+def read_json(path: Path, target: str) -> Any:
+    """A JSON file, any depth: Python's parser gives up (RecursionError) on a few hundred levels of nesting."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise OrsgenError(f"{target}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise OrsgenError(f"{target}: cannot read: {exc}") from None
+    return normalize.loads(text, target)
+
+
+def _from_url(url: str, env: str | None, probe: Probe) -> tuple[Source, dict[str, Any]]:
+    api_key = os.environ.get("OPENREWARD_API_KEY", "")
+    bare = wire.Server(url, deployment="", env=None, api_key=api_key)
+    envs = bare.request("GET", "/list_environments", deployment=False)
     if not isinstance(envs, list) or not envs or not all(isinstance(e, str) for e in envs):
         raise OrsgenError(f"{url}/list_environments did not return a list of environment names")
     chosen = _choose(envs, env, url)
-    build = _build(url, {})
+    build = _build(bare)
     source = Source(target=url, url=url, deployment=chosen, env=chosen, name=chosen, split="train", build=build)
-    return _with_tools(source, os.environ.get("OPENREWARD_API_KEY", ""), task_tools_from, require_task_tools)
+    server = wire.Server(url, deployment=chosen, env=chosen, api_key=api_key, secrets=probe.secrets)
+    return _with_tools(source, server, probe)
 
 
-def _from_catalog(name: str, env: str | None, task_tools_from: str | None,
-                  require_task_tools: bool = True) -> tuple[Source, dict[str, Any]]:
+def _from_catalog(name: str, env: str | None, probe: Probe) -> tuple[Source, dict[str, Any]]:
     api_key = os.environ.get("OPENREWARD_API_KEY", "")
     if not api_key:
         raise OrsgenError(f"{name} is a catalog name: set OPENREWARD_API_KEY (it is used, never stored)")
-    from openreward import OpenReward
-
+    server = wire.Server(wire.platform_sessions(), deployment=name, env=None, api_key=api_key, secrets=probe.secrets,
+                         platform=True)
     if env is None:
-        session_url = OpenReward(api_key=api_key).session_base_url.rstrip("/")
-        headers = {"X-Deployment": name, "X-API-Key": api_key}
         try:
-            envs = _get_json(f"{session_url}/list_environments", headers)
+            envs = server.request("GET", "/list_environments")
             env = envs[0] if isinstance(envs, list) and envs and isinstance(envs[0], str) else None
         except OrsgenError:
-            env = None  # the platform routes by deployment; the SDK then uses bare paths
-    build = _build(OpenReward(api_key=api_key).session_base_url.rstrip("/"), {"X-Deployment": name, "X-API-Key": api_key})
+            env = None  # the platform routes by deployment; requests then use bare paths
+    server.env = env
     source = Source(target=name, url=None, deployment=name, env=env, name=name.split("/", 1)[1], split="train",
-                    build=build)
-    return _with_tools(source, api_key, task_tools_from, require_task_tools)
+                    build=_build(server))
+    return _with_tools(source, server, probe)
 
 
-def _with_tools(source: Source, api_key: str, task_tools_from: str | None,
-                require_task_tools: bool = True) -> tuple[Source, dict[str, Any]]:
-    from openreward import OpenReward
-
-    client = OpenReward(api_key=api_key)
+def _with_tools(source: Source, server: wire.Server, probe: Probe) -> tuple[Source, dict[str, Any]]:
+    where = source.env or source.deployment
     try:
-        handle = client.environments.get(source.deployment, variant=source.env, base_url=source.url)
-        # The raw /tools body: the SDK's ToolSpec list drops terminal_tool, its provider formats are lossy.
-        response = handle._run(handle._async._tools_response())
-        splits = handle.list_splits()
+        response = server.tools()
+        splits = server.splits()
         source = replace(source, split=_default_split(splits))
         tools, rest = normalize.tool_list(response, source.target)
-        per_task = _task_tools(handle, source.split, task_tools_from, tools) if task_tools_from else None
-        if per_task is not None and not per_task["tools"] and not per_task["conflicts"]:
-            if require_task_tools:
-                raise OrsgenError(f"--task-tools-from {task_tools_from}: no task of {source.env or source.deployment} "
-                                  "advertises tools beyond the shared ones; drop the option")
-            per_task = None  # one environment of several: it simply has none
-    except OrsgenError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - the SDK raises many transport types; the user needs one line
-        raise OrsgenError(f"fetching tools of {source.env or source.deployment} from {source.target} failed: "
-                          f"{_safe(exc)}") from None
-    finally:
-        client.environments.close()
+        per_task = _task_tools(server, source.split, probe, tools) if probe.task_tools_from else None
+    except OrsgenError as exc:
+        raise OrsgenError(f"fetching tools of {where} from {source.target} failed: {exc}") from None
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:  # a body that is not what ORS answers
+        raise OrsgenError(server.scrub(f"{source.target} does not answer as an ORS server does for {where}: "
+                                       f"{type(exc).__name__}: {exc}")[:300]) from None
+    if per_task is not None and not per_task["tools"] and not per_task["conflicts"]:
+        if probe.require_task_tools:
+            raise OrsgenError(f"--task-tools-from {probe.task_tools_from}: no task of {where} advertises tools "
+                              "beyond the shared ones; drop the option")
+        per_task = None  # one environment of several: it simply has none
     extra: dict[str, Any] = {"splits": splits}
     if rest.get("terminal_tool"):
         extra["terminal_tool"] = rest["terminal_tool"]
+    if per_task and probe.to_all:  # every task gets them: they join the shared tools, kept apart for the drift check
+        per_task["all_tasks"] = True
     if per_task:
         extra["task_tools"] = per_task
     return source, _snap(source.env, tools, extra)
@@ -148,16 +152,17 @@ def task_indices(spec: str, count: int) -> list[int]:
     return sorted(found)
 
 
-def _task_tools(handle: Any, split: str, spec: str, shared: list[dict[str, Any]]) -> dict[str, Any]:
-    """Tools that only some tasks advertise: their specs, which tasks list each, and schemas that differ by task."""
-    indices = task_indices(spec, handle.num_tasks(split))
+def _task_tools(server: wire.Server, split: str, probe: Probe, shared: list[dict[str, Any]]) -> dict[str, Any]:
+    """Tools that only some tasks advertise: their specs, which tasks list each, and schemas that differ by task;
+    with the tasks read, and how many there are (what the others get is said in the module)."""
+    count = server.num_tasks(split)
+    indices = task_indices(probe.task_tools_from or "", count)
     shared_specs = {t["name"]: t for t in shared}
     specs: dict[str, dict[str, Any]] = {}
     tasks: dict[str, list[int]] = {}
     conflicts: list[str] = []
     for index in indices:
-        with handle.session(split=split, index=index) as session:
-            listed, _ = normalize.tool_list({"tools": [vars(t) for t in session.list_tools()]}, "task_tools")
+        listed, _ = normalize.tool_list(server.task_tools(split, index), "task_tools")
         for tool in listed:
             name = tool["name"]
             known = shared_specs.get(name) or specs.get(name)
@@ -167,22 +172,22 @@ def _task_tools(handle: Any, split: str, spec: str, shared: list[dict[str, Any]]
                 conflicts.append(f"{name!r} differs on task {index} from {'the shared tool' if name in shared_specs else 'its first listing'}; the first is kept")
             if name not in shared_specs:
                 tasks.setdefault(name, []).append(index)
-    return {"split": split, "tools": sorted(specs.values(), key=lambda t: t["name"]), "tasks": tasks,
-            "conflicts": conflicts}
+    found: dict[str, Any] = {"split": split, "tools": sorted(specs.values(), key=lambda t: t["name"]),
+                             "tasks": tasks, "conflicts": conflicts}
+    if len(indices) < count:
+        found.update(read=indices, num_tasks=count)
+    return found
 
 
 def tasks(source: Source, splits: list[str]) -> dict[str, Any]:
     """Every task spec of the splits, for `--pin-tasks` (one task-range request per split)."""
-    from openreward import OpenReward
-
-    client = OpenReward(api_key=os.environ.get("OPENREWARD_API_KEY", ""))
+    api_key = os.environ.get("OPENREWARD_API_KEY", "")
+    server = wire.Server(source.url or wire.platform_sessions(), source.deployment, source.env, api_key,
+                         platform=source.url is None)
     try:
-        handle = client.environments.get(source.deployment, variant=source.env, base_url=source.url)
-        return {"format": 1, "env": source.env, "splits": {s: [t.task_spec for t in handle.get_task_range(s)] for s in splits}}
-    except Exception as exc:  # noqa: BLE001 - the SDK raises many transport types; the user needs one line
-        raise OrsgenError(f"fetching the tasks of {source.env or source.deployment} failed: {_safe(exc)}") from None
-    finally:
-        client.environments.close()
+        return {"format": 1, "env": source.env, "splits": {s: server.task_range(s) for s in splits}}
+    except (OrsgenError, KeyError, TypeError) as exc:
+        raise OrsgenError(f"fetching the tasks of {source.env or source.deployment} failed: {exc}") from None
 
 
 def _snap(env: str | None, tools: list[dict[str, Any]], extra: dict[str, Any]) -> dict[str, Any]:
@@ -208,32 +213,11 @@ def _default_split(splits: Any) -> str:
     return "train" if "train" in names or not names else str(names[0])
 
 
-def _build(server: str, headers: dict[str, str]) -> str | None:
+def _build(server: wire.Server) -> str | None:
     """The server's build id, where it reports one (`OPENREWARD_BUILD_SHA` on the server): None otherwise."""
     try:
-        found = _get_json(f"{server}/version", headers)
+        found = server.request("GET", "/version", deployment=bool(server.deployment))
     except OrsgenError:
         return None
     sha = found.get("build_sha") if isinstance(found, dict) else None
     return sha if isinstance(sha, str) and sha else None
-
-
-def _get_json(url: str, headers: dict[str, str]) -> Any:
-    request = urllib.request.Request(url, headers={"Accept": "application/json", **headers})
-    try:
-        with urllib.request.urlopen(request, timeout=TIMEOUT) as response:
-            return json.loads(response.read())
-    except urllib.error.HTTPError as exc:
-        raise OrsgenError(f"{url} answered HTTP {exc.code}") from None
-    except (urllib.error.URLError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise OrsgenError(f"cannot reach ORS server at {url.rsplit('/', 1)[0]}: {reason}") from None
-    except json.JSONDecodeError:
-        raise OrsgenError(f"{url} did not answer with JSON") from None
-
-
-def _safe(exc: Exception) -> str:
-    """An exception as one line (a retry chain: its last error, once), with any API key removed."""
-    text = describe(exc)
-    key = os.environ.get("OPENREWARD_API_KEY")
-    return text.replace(key, "***") if key else text

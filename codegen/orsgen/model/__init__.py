@@ -8,8 +8,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from orsgen import normalize
-from orsgen.model import docs, naming, typeddicts
+from orsgen.model import docs, naming, typeddicts, typemap
 from orsgen.model.typemap import Converter, Node
+from orsgen.runtime import bounds
 
 
 @dataclass(frozen=True)
@@ -61,7 +62,19 @@ class Adapter:
     variants: list[Variant] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # other warnings (e.g. a tool whose schema differs by task)
     task_tools_split: str | None = None  # the split the task-specific tools were read from
+    unread: list[int] = field(default_factory=list)  # tasks of that split whose tools were not read: the base class
+    to_all: list[str] = field(default_factory=list)  # tools read from some tasks and given to every task (the base)
     terminal_tool: dict[str, Any] | None = None  # the environment's @terminal tool, as the server describes it
+
+    def unread_spans(self) -> str:
+        """The unread tasks as spans: "0, 2-5, 9"."""
+        spans: list[list[int]] = []
+        for i in self.unread:
+            if spans and spans[-1][1] == i - 1:
+                spans[-1][1] = i
+            else:
+                spans.append([i, i])
+        return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
 
     def all_tools(self) -> list[Tool]:
         return self.tools + [t for v in self.variants for t in v.tools]
@@ -87,6 +100,7 @@ class Adapter:
         return found + [f"tool {name!r} skipped: {why}" for name, why in self.skipped] + self.notes
 
 
+UNREADABLE = "schema cannot be read"  # a tool skipped for this could not be generated: the CLI exits 2
 # Top-level schema keys the signature or the docstring carries (or that mean nothing to the model).
 CARRIED = {"type", "properties", "required", "title", "description", "$defs", "definitions", "$schema"}
 
@@ -102,9 +116,20 @@ def build(
     adapter = Adapter(class_name, env, _tools(tools, taken, prefixes, skipped, seen), skipped)
     if isinstance(task_tools, dict) and task_tools.get("tools"):
         extra = {t.wire_name: t for t in _tools(task_tools["tools"], taken, prefixes, skipped, seen)}
-        adapter.variants = _variants(class_name, extra, task_tools.get("tasks") or {})
         adapter.notes = [f"task tools: {c}" for c in task_tools.get("conflicts") or []]
+        if task_tools.get("all_tasks") is True:  # one tool set for every task: TRL's task_tools_discovery_index
+            adapter.tools += extra.values()
+            adapter.to_all = list(extra)
+            return _terminal(adapter, terminal_tool)
+        adapter.variants = _variants(class_name, extra, task_tools.get("tasks") or {})
         adapter.task_tools_split = task_tools.get("split")
+        read, count = task_tools.get("read"), task_tools.get("num_tasks")
+        if isinstance(read, list) and isinstance(count, int):
+            adapter.unread = sorted(set(range(count)) - {i for i in read if isinstance(i, int)})
+    return _terminal(adapter, terminal_tool)
+
+
+def _terminal(adapter: Adapter, terminal_tool: Any) -> Adapter:
     if isinstance(terminal_tool, dict) and terminal_tool:
         adapter.terminal_tool = terminal_tool
     return adapter
@@ -122,7 +147,7 @@ def _tools(specs: list[dict[str, Any]], taken: set[str], prefixes: set[str], ski
         try:
             built.append(_tool(spec, taken, prefixes))
         except (TypeError, ValueError, KeyError, AttributeError, RecursionError) as exc:
-            skipped.append((name, f"schema cannot be read ({type(exc).__name__}: {exc})"))
+            skipped.append((name, f"{UNREADABLE} ({type(exc).__name__}: {str(exc)[:200]})"))
     return built
 
 
@@ -162,9 +187,13 @@ def _tool(spec: dict[str, Any], taken: set[str], prefixes: set[str]) -> Tool:
     params: list[Param] = []
     py_taken: set[str] = set()
     described: dict[str, str] = {}  # an object's fields, as described in the text -> the argument that has them
+    cut_types: list[str] = []  # arguments whose types nest past MAX_TYPE_DEPTH
     for wire_param, prop in props.items():
         notes: list[str] = []
+        cuts = converter.cuts
         node = converter.convert(prop, notes)
+        if converter.cuts > cuts:
+            cut_types.append(wire_param)
         resolved, _ = converter.resolve(prop, ())
         resolved = resolved if isinstance(resolved, dict) else {}
         text = _first_text(prop, resolved, arg_docs.get(wire_param))
@@ -185,9 +214,29 @@ def _tool(spec: dict[str, Any], taken: set[str], prefixes: set[str]) -> Tool:
     body = docs.neutralise(description) or f"Call the {wire!r} tool."
     tool = Tool(wire, attr, body, docs.one_line(returns), params, converter.warnings)
     tool.lost = [f"{k}: {_json(v)}" for k, v in schema.items() if k not in CARRIED]
+    _bounded(tool, spec, props, cut_types)
     if any(p.type.structured() for p in params):
         _add_typeddicts(tool, schema, prefixes)
     return tool
+
+
+def _bounded(tool: Tool, spec: dict[str, Any], props: dict[str, Any], cut_types: list[str]) -> None:
+    """What `runtime.bounds` cut from the spec, or the converter from the types: a warning and, per argument, a lost
+    item (the report counts them)."""
+    description = spec.get("description") or ""
+    if isinstance(description, str) and description.endswith("characters in all]") and bounds.TEXT_CUT[:20] in description:
+        tool.warnings.append(f"description cut to {bounds.MAX_DESCRIPTION} characters "
+                             f"({description.rsplit(': ', 1)[-1].split()[0]} in all)")
+    for wire, prop in props.items():
+        text = _json(prop)
+        if bounds.DEPTH_CUT in text:
+            tool.lost.append(f"cut: {wire}: the structure below {bounds.MAX_DEPTH} levels of its schema")
+        if bounds.TEXT_CUT[:20] in text:
+            tool.warnings.append(f"argument {wire!r}: texts in its schema cut to {bounds.MAX_TEXT} characters")
+    if bounds.DEPTH_CUT in _json(spec.get("input_schema")):
+        tool.warnings.append(f"the schema nests deeper than {bounds.MAX_DEPTH} levels: below that, any value "
+                             "(its structure is lost, see --report)")
+    tool.lost += [f"cut: {wire}: its types nested deeper than {typemap.MAX_TYPE_DEPTH} levels" for wire in cut_types]
 
 
 def _add_typeddicts(tool: Tool, schema: dict[str, Any], prefixes: set[str]) -> None:

@@ -68,27 +68,27 @@ class _Hinter(Converter):
             return {_CLASS: self.names[ref]}, seen
         return super().resolve(node, seen)
 
-    def convert(self, node: Any, notes: list[str], seen: tuple[str, ...] = ()) -> Node:
+    def convert(self, node: Any, notes: list[str], seen: tuple[str, ...] = (), depth: int = 0) -> Node:
         s, after = self.resolve(node, seen)
         if isinstance(s, dict) and _CLASS in s:
             return Named(s[_CLASS])
         self.ref = after[-1] if len(after) > len(seen) else None  # read by object(), which convert() calls next
-        return super().convert(node, notes, seen)
+        return super().convert(node, notes, seen, depth)
 
-    def object(self, s: dict[str, Any], notes: list[str], seen: tuple[str, ...]) -> Node:
+    def object(self, s: dict[str, Any], notes: list[str], seen: tuple[str, ...], depth: int = 0) -> Node:
         props = s.get("properties")
         if isinstance(props, dict) and props:
-            return self.typed_dict(s, self.ref, seen)
-        return super().object(s, notes, seen)
+            return self.typed_dict(s, self.ref, seen, depth)
+        return super().object(s, notes, seen, depth)
 
-    def array(self, s: dict[str, Any], notes: list[str], seen: tuple[str, ...]) -> Node:
+    def array(self, s: dict[str, Any], notes: list[str], seen: tuple[str, ...], depth: int = 0) -> Node:
         saved, self.field_name = self.field_name, _singular(self.field_name)
         try:
-            return super().array(s, notes, seen)
+            return super().array(s, notes, seen, depth)
         finally:
             self.field_name = saved
 
-    def typed_dict(self, s: dict[str, Any], ref: str | None, seen: tuple[str, ...]) -> Node:
+    def typed_dict(self, s: dict[str, Any], ref: str | None, seen: tuple[str, ...], depth: int = 0) -> Node:
         key = ref or json.dumps(s, sort_keys=True, default=str)
         if key in self.names:
             return Named(self.names[key])
@@ -102,7 +102,7 @@ class _Hinter(Converter):
         saved = self.field_name
         for wire, prop in s["properties"].items():
             self.field_name = wire
-            annotation = self.convert(prop, [], seen).annotation()
+            annotation = self.convert(prop, [], seen, depth + 1).annotation()
             if any(re.search(rf"\b{re.escape(n)}\b", annotation) for n in self.building):
                 annotation = repr(annotation)  # names a class not defined yet
             fields.append((wire, annotation if wire in required else f"NotRequired[{annotation}]"))

@@ -18,6 +18,7 @@ CONSTRAINTS = (
 SHAPE_KEYS = ("type", "items", "prefixItems", "properties", "required", "additionalProperties")
 SCALARS = {"string": "str", "integer": "int", "number": "float", "boolean": "bool", "null": "None"}
 MAX_NOTE = 1500  # characters of nested-schema text per argument
+MAX_TYPE_DEPTH = 16  # nested types (list in list, union in dict, ...) an annotation spells; deeper ones are Any
 
 
 class Node:
@@ -157,6 +158,7 @@ class Converter:
 
     root: dict[str, Any]
     warnings: list[str] = field(default_factory=list)
+    cuts: int = 0  # types nested deeper than MAX_TYPE_DEPTH that became Any
 
     def resolve(self, node: Any, seen: tuple[str, ...]) -> tuple[Any, tuple[str, ...]]:
         """Follow `$ref` (and `allOf: [one]`) to a schema; a ref already on the path is cut to `{}`."""
@@ -190,8 +192,13 @@ class Converter:
             node = node[part]
         return node if isinstance(node, dict) else None
 
-    def convert(self, node: Any, notes: list[str], seen: tuple[str, ...] = ()) -> Node:
+    def convert(self, node: Any, notes: list[str], seen: tuple[str, ...] = (), depth: int = 0) -> Node:
         """The annotation node for `node`; what it cannot express is appended to `notes`."""
+        if depth > MAX_TYPE_DEPTH:  # an annotation this deep says nothing to a model, and Python cannot parse ~200
+            if not self.cuts:
+                self.warnings.append(f"types nested deeper than {MAX_TYPE_DEPTH} levels are any value there")
+            self.cuts += 1
+            return AnyType()
         s, seen = self.resolve(node, seen)
         if not isinstance(s, dict):
             if s is not True:
@@ -206,20 +213,20 @@ class Converter:
             if isinstance(s.get(key), list) and s[key]:
                 # Keys beside the alternatives apply to each of them: {"type": "string", "anyOf": [{"format": ...}]}
                 shared = {k: v for k, v in s.items() if k in SHAPE_KEYS}
-                members = [self.convert({**shared, **b} if shared and isinstance(b, dict) else b, notes, seen)
-                           for b in s[key]]
+                members = [self.convert({**shared, **b} if shared and isinstance(b, dict) else b, notes, seen,
+                                        depth + 1) for b in s[key]]
                 if key == "oneOf" and len([m for m in members if m != Scalar("None")]) > 1:
                     notes.append("exactly one of the alternatives")
                 return union(members)
         t = s.get("type")
         if isinstance(t, list):
-            return union([self.convert({**s, "type": x}, [], seen) for x in t] or [AnyType()])
+            return union([self.convert({**s, "type": x}, [], seen, depth + 1) for x in t] or [AnyType()])
         if t in SCALARS:
             return Scalar(SCALARS[t])
         if t == "array" or (t is None and ("items" in s or "prefixItems" in s)):
-            return self.array(s, notes, seen)
+            return self.array(s, notes, seen, depth)
         if t == "object" or (t is None and ("properties" in s or "additionalProperties" in s)):
-            return self.object(s, notes, seen)
+            return self.object(s, notes, seen, depth)
         if t is not None:
             self.warnings.append(f"unknown type {t!r}, treated as any value")
         return AnyType()
@@ -232,19 +239,19 @@ class Converter:
         kinds = {SCALARS.get(_json_type(v), "Any") for v in values}
         return Scalar(kinds.pop()) if len(kinds) == 1 and "Any" not in kinds else AnyType()
 
-    def array(self, s: dict[str, Any], notes: list[str], seen: tuple[str, ...]) -> Node:
+    def array(self, s: dict[str, Any], notes: list[str], seen: tuple[str, ...], depth: int = 0) -> Node:
         prefix = s.get("prefixItems")
         if isinstance(prefix, list) and len(prefix) >= 2 and s.get("items") in (None, False):
-            return TupleType(tuple(_element(self.convert(p, notes, seen)) for p in prefix))
+            return TupleType(tuple(_element(self.convert(p, notes, seen, depth + 1)) for p in prefix))
         if isinstance(prefix, list) and prefix:
             notes.append(f"items in order: {_compact(self.plain(prefix, seen))}")
             return ListType(AnyType())
         items = s.get("items")
         if items is None or items is True or items == {}:
             return ListType(AnyType())
-        return ListType(_element(self.convert(items, notes, seen)))
+        return ListType(_element(self.convert(items, notes, seen, depth + 1)))
 
-    def object(self, s: dict[str, Any], notes: list[str], seen: tuple[str, ...]) -> Node:
+    def object(self, s: dict[str, Any], notes: list[str], seen: tuple[str, ...], depth: int = 0) -> Node:
         props = s.get("properties")
         extra = s.get("additionalProperties")
         if isinstance(props, dict) and props:
@@ -256,7 +263,7 @@ class Converter:
             notes.append(f"object: {_compact(fields, MAX_NOTE)}")
             return DictType(AnyType(), fields=True)
         if isinstance(extra, dict) and extra:
-            return DictType(_element(self.convert(extra, notes, seen)))
+            return DictType(_element(self.convert(extra, notes, seen, depth + 1)))
         return DictType(AnyType())
 
     def plain(self, node: Any, seen: tuple[str, ...], depth: int = 0) -> Any:

@@ -12,6 +12,7 @@ import concurrent.futures
 import contextlib
 import logging
 import os
+import re
 import threading
 import weakref
 from collections.abc import Coroutine, Mapping
@@ -139,6 +140,9 @@ class Adapter:
         self._split = self._episode_split = split or self.pinned.split
         self._api_key = api_key
         self._secrets = secrets
+        for name in client.replaced_secrets(secrets):
+            log.warning("orsgen: the secret %r is replaced by the openreward SDK with the API key (OPENREWARD_API_KEY "
+                        "or api_key=), so the environment never gets the value given: pass it as api_key= instead", name)
         drift = os.environ.get("ORSGEN_DRIFT_CHECK", "1") != "0"
         self._check_drift = drift if check_drift is None else check_drift
         self._env: AsyncEnvironment | None = None
@@ -368,6 +372,7 @@ class Adapter:
 
     def _start_failed(self, split: str, index: int, exc: BaseException) -> str:
         """Void the episode (or raise, as configured); the prompt the trainer gets for a task that did not start."""
+        self.pinned.check_server(self._url, exc)  # a 404 from a server without the environment: WrongServer
         reason = client.describe(exc)
         with _failures_lock:
             # In a trainer, the rollouts of a GRPO group reset one after the other on the same task: a task that
@@ -392,7 +397,9 @@ class Adapter:
 
     # -- tool calls ----------------------------------------------------------------------------------------------
 
-    def _call(self, name: str, arguments: dict[str, Any]) -> Any:
+    # Typed `str`, as the generated methods are (what TRL reads); a result holding images is a list of content
+    # parts, which TRL takes too.
+    def _call(self, name: str, arguments: dict[str, Any]) -> str:
         session = self._session if self._opening is None else self._settle(self._opening)
         session = self._usable(name, session)
         try:
@@ -400,7 +407,7 @@ class Adapter:
         except _failures_types() as exc:
             raise _tool_error(name, exc) from None
 
-    async def _acall(self, name: str, arguments: dict[str, Any]) -> Any:
+    async def _acall(self, name: str, arguments: dict[str, Any]) -> str:
         """`_call` for `async def` tools: awaits on the caller's loop (never blocking it) while the runtime's loop
         does the request."""
         session = self._session
@@ -498,18 +505,46 @@ def _payload(arguments: dict[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in arguments.items() if value is not UNSET}
 
 
+# One pydantic error in a validation error list's repr: its location and message, whatever follows (a `ctx` holding
+# `ValueError(...)`, a URL) and whatever the list around it holds, which `ast.literal_eval` cannot always read.
+_FIELD = re.compile(r"""'loc':\s*\((?P<loc>[^()]*)\),\s*'msg':\s*(?P<msg>'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")""")
+# The same in pydantic's ValidationError text: "field\n  message [type=..., input_value=...]".
+_TEXT_FIELD = re.compile(r"^(?P<loc>[^\s\[][^\n]*)\n[ \t]+(?P<msg>[^\n\[]+?)\s*\[type=", re.MULTILINE)
+_URL = re.compile(r"\s*(?:for further information visit\s*)?\(?(?:https?://|www\.)\S+", re.IGNORECASE)
+MAX_FIELDS, MAX_FIELD, MAX_ERROR = 6, 160, 400  # what a model is shown of a failed call, at most
+
+
 def _validation_errors(detail: str) -> list[str]:
-    """`field: message` per error of a pydantic validation error list in a tool's error text ([] if there is none)."""
-    _, found, listed = detail.partition("validation error: ")
-    if not found:
-        return []
+    """`field: message` per error of a pydantic validation error in a tool's error text ([] if there is none)."""
+    found = [(_loc(m["loc"]), _literal(m["msg"])) for m in _FIELD.finditer(detail)]
+    found = found or [(m["loc"].strip(), m["msg"]) for m in _TEXT_FIELD.finditer(detail)]
+    lines = [_short(f"{loc or 'input'}: {msg}", MAX_FIELD) for loc, msg in found]
+    if len(lines) > MAX_FIELDS:
+        lines = [*lines[:MAX_FIELDS], f"and {len(lines) - MAX_FIELDS} more"]
+    return lines
+
+
+def _loc(text: str) -> str:
+    """A location tuple's repr (`'items', 0, 'name',`) as a dotted path: items.0.name."""
     try:
-        errors = ast.literal_eval(listed.strip())
+        parts = ast.literal_eval(f"({text},)" if text.strip() and not text.strip().endswith(",") else f"({text})")
     except (ValueError, SyntaxError, MemoryError, RecursionError):
-        return []
-    if not isinstance(errors, list) or not all(isinstance(e, dict) and "msg" in e for e in errors):
-        return []
-    return [f"{'.'.join(str(p) for p in e.get('loc') or ()) or 'input'}: {e['msg']}" for e in errors]
+        parts = [_literal(p.strip()) for p in text.split(",") if p.strip()]
+    return ".".join(str(p) for p in parts)
+
+
+def _literal(text: str) -> str:
+    try:
+        value = ast.literal_eval(text)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return text.strip("'\"")
+    return str(value)
+
+
+def _short(text: str, limit: int = MAX_ERROR) -> str:
+    """One line without URLs, at most `limit` characters."""
+    line = " ".join(_URL.sub("", " ".join(text[: limit * 50].split())).split())  # spaces first: the pattern stays linear
+    return line if len(line) <= limit else line[: limit - 3].rstrip() + "..."
 
 
 def _failures_types() -> tuple[type[BaseException], ...]:
@@ -527,6 +562,9 @@ def _tool_error(name: str, exc: BaseException) -> ToolError:
         fields = _validation_errors(exc.detail)
         if fields:  # what the model can act on: one short sentence per field, no pydantic dicts or URLs
             return ToolError(f"{name}: invalid arguments: {'; '.join(fields)}")
-        return ToolError(" ".join(f"{name} failed ({exc.reason}): {exc.detail}".split()))
-    return ToolError(f"{name} failed: {client.describe(exc)}")
+        if exc.reason == "input_validation" or "[{" in exc.detail:  # a list it could not read: no repr for the model
+            head = _short(exc.detail.split("[{", 1)[0]).rstrip(" :.") or "the server rejected them"
+            return ToolError(_short(f"{name}: invalid arguments: {head}"))
+        return ToolError(_short(f"{name} failed ({exc.reason}): {exc.detail}"))
+    return ToolError(_short(f"{name} failed: {client.describe(exc)}"))
 

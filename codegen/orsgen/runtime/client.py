@@ -63,6 +63,30 @@ def retry_after(exc: BaseException) -> float | None:
     return float(value) if isinstance(value, (int, float)) else None
 
 
+def served(server: str) -> list[str] | None:
+    """The environments a session server serves (`GET /list_environments`); None when it does not say."""
+    import json
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"{server.rstrip('/')}/list_environments", timeout=5) as response:
+            found = json.loads(response.read())
+    except (OSError, ValueError):
+        return None
+    return [str(e) for e in found] if isinstance(found, list) else None
+
+
+_warned_secrets: set[str] = set()
+
+
+def replaced_secrets(secrets: Any) -> list[str]:
+    """Secret names the SDK overwrites with the client's API key (`augment_secrets_with_api_key`), warned about once
+    per process: the environment gets the API key there, not the value given."""
+    names = [n for n in ("api_key", "OPENREWARD_API_KEY") if secrets and n in secrets and n not in _warned_secrets]
+    _warned_secrets.update(names)
+    return names
+
+
 class Loop:
     """A daemon thread running the event loop every SDK call of this process goes through. The SDK's aiohttp clients
     live on it, so sessions survive between the trainer's synchronous calls and async tools never block it."""

@@ -11,3 +11,15 @@ class DriftError(RuntimeError):
 
 class StartError(RuntimeError):
     """An episode could not start and the adapter is set to raise (or too many did in a row)."""
+
+
+class WrongServer(StartError):
+    """The session server does not serve the environment the module pins (`url=` or OPENREWARD_SESSION_URL)."""
+
+
+def named(exc: Exception, where: str) -> Exception:
+    """`exc` as the same kind of error, its message prefixed with `where` (a bundle names the environment)."""
+    try:
+        return type(exc)(f"{where}: {exc}")
+    except Exception:  # noqa: BLE001 - an exception type that takes other arguments
+        return RuntimeError(f"{where}: {type(exc).__name__}: {exc}")

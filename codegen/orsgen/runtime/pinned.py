@@ -12,9 +12,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from orsgen.runtime import client
+from orsgen.runtime import bounds, client
 from orsgen.runtime.ahead import Ahead
-from orsgen.runtime.errors import DriftError
+from orsgen.runtime.errors import DriftError, WrongServer
 from orsgen.runtime.tasks import Order
 
 log = logging.getLogger("orsgen")
@@ -46,6 +46,7 @@ class Pinned:
     _drift_checked: set[str] = field(default_factory=set, repr=False)
     _sizes: dict[tuple[str | None, str], int] = field(default_factory=dict, repr=False)
     _builds_seen: set[str] = field(default_factory=set, repr=False)
+    _serves_env: set[str] = field(default_factory=set, repr=False)  # servers known to serve the environment
     _tasks: dict[str, list[Any]] | None = field(default=None, repr=False)
     _drift_lock: asyncio.Lock | None = field(default=None, repr=False)  # made on the runtime's loop
     order: Order = field(default_factory=Order, repr=False)
@@ -67,8 +68,8 @@ class Pinned:
             if where in self._drift_checked:
                 return
             tools = await asyncio.wait_for(env.list_tools(), client.timeout("reset"))
-            live = {t.name: canonical({"description": t.description or "", "input_schema": t.input_schema,
-                                       "name": t.name}) for t in tools}
+            live = {t.name: canonical(bounds.tool({"description": t.description or "", "input_schema": t.input_schema,
+                                                   "name": t.name})) for t in tools}
             pinned = {t["name"]: t for t in self.snapshot["tools"]}
             changes = [f"+ {n} (new on the server)" for n in live if n not in pinned]
             changes += [f"- {n} (gone from the server)" for n in pinned if n not in live]
@@ -79,6 +80,27 @@ class Pinned:
                     f"{'; '.join(changes)}. Regenerate the module, or set ORSGEN_DRIFT_CHECK=0 to train anyway."
                 )
             self._drift_checked.add(where)
+
+    def check_server(self, url: str | None, exc: BaseException) -> None:
+        """Raise WrongServer, one line, when a 404 came from a session server that does not serve the environment
+        this module pins (`url=` or OPENREWARD_SESSION_URL pointing elsewhere)."""
+        server = self.server(url)
+        if client.status(exc) != 404 or server is None or self.env is None or server in self._serves_env:
+            return
+        served = client.served(server)
+        if served is None or self.env.lower() in {name.lower() for name in served}:
+            self._serves_env.add(server)  # asked once per server: its other 404s are the tasks' own
+            return
+        raise WrongServer(
+            f"{server} serves {', '.join(served) or 'no environment'}, not {self.env!r}, which {self.module} pins "
+            f"(target {self.target}): point url= or OPENREWARD_SESSION_URL at the server of {self.env!r}, or "
+            "regenerate the module for this server"
+        ) from None
+
+    def splits(self) -> list[str]:
+        """The split names the module pinned (empty: it pinned none)."""
+        found = self.snapshot.get("splits") or []
+        return [s if isinstance(s, str) else str(s.get("name")) for s in found if isinstance(s, (str, dict))]
 
     def num_tasks(self, env: AsyncEnvironment, split: str, url: str | None) -> int:
         key = (self.server(url), split)
@@ -171,15 +193,28 @@ class Pinned:
         an ``environment`` column names each row's class: train with ``environment_factory=ENVIRONMENTS``.
         ``num_tasks`` takes the first N tasks, ``indices`` the ones named; the default is the whole split.
         ``prompts=True`` also stores each task's prompt in a ``task_prompt`` column (one short session per task,
-        8 at a time), for adapters with ``open_in_background``.
+        8 at a time), for adapters with ``open_in_background``. Asking for more tasks than the split has, or for a
+        split the module did not pin, raises ValueError (TRL's OpenRewardSpec caps instead: orsgen says so).
         """
-        from datasets import Dataset
-
         split = split or self.split
+        pinned = self.splits()
+        if pinned and split not in pinned and self._pinned_tasks() is None:
+            raise ValueError(f"dataset(): {self.env or self.deployment} has no split {split!r}: {self.module} pinned "
+                             f"{', '.join(map(repr, pinned))}")
         if num_tasks is not None and indices is not None:
             raise ValueError("dataset(): pass num_tasks or indices, not both")
         if num_tasks is not None and num_tasks < 0:
             raise ValueError(f"dataset(): num_tasks must be >= 0, got {num_tasks}")
+        try:
+            return self._dataset(split, num_tasks, indices, include_metadata, prompts, url, api_key)
+        except Exception as exc:
+            self.check_server(url, exc)
+            raise
+
+    def _dataset(self, split: str, num_tasks: int | None, indices: Sequence[int] | None, include_metadata: bool,
+                 prompts: bool, url: str | None, api_key: str | None) -> datasets.Dataset:
+        from datasets import Dataset
+
         if indices is None:
             tasks = self.task_specs(split, 0, num_tasks, url, api_key)
             if num_tasks is not None and len(tasks) < num_tasks:
