@@ -43,16 +43,28 @@ def fetch(target: str, env: str | None = None, task_tools_from: str | None = Non
         return _from_file(target, path, env)
     if CATALOG.fullmatch(target):
         return _from_catalog(target, env, task_tools_from, require_task_tools)
+    if re.fullmatch(r"[\w.-]+:\d+(/\S*)?", target):  # 127.0.0.1:8000, localhost:8000/
+        raise OrsgenError(f"TARGET {target!r} has no scheme: use http://{target}")
     raise OrsgenError(f"TARGET {target!r} is not a URL, an owner/name catalog name or an existing JSON file")
+
+
+def _empty_file(target: str) -> str:
+    """`curl URL/tools > tools.json` saves the server's 308 redirect, which has no body."""
+    return (f"{target} is empty (a `curl URL/tools` saves the server's redirect, which has no body): the endpoint is "
+            "URL/{env}/tools (URL/list_environments names the environments), or use `curl -L URL/tools`")
 
 
 def _from_file(target: str, path: Path, env: str | None) -> tuple[Source, dict[str, Any]]:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise OrsgenError(f"{target}: no such file") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise OrsgenError(f"{target}: cannot read: {exc}") from None
+    if not text.strip():
+        raise OrsgenError(_empty_file(target))
+    try:
+        data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise OrsgenError(f"{target}: not valid JSON: {exc}") from None
     tools, rest = normalize.tool_list(data, target)
@@ -226,10 +238,15 @@ def _get_json(url: str, headers: dict[str, str]) -> Any:
     except urllib.error.HTTPError as exc:
         raise OrsgenError(f"{url} answered HTTP {exc.code}") from None
     except (urllib.error.URLError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise OrsgenError(f"cannot reach ORS server at {url.rsplit('/', 1)[0]}: {reason}") from None
+        raise OrsgenError(_unreachable(url.rsplit("/", 1)[0], getattr(exc, "reason", exc))) from None
     except json.JSONDecodeError:
         raise OrsgenError(f"{url} did not answer with JSON") from None
+
+
+def _unreachable(server: str, reason: object) -> str:
+    if isinstance(reason, ConnectionRefusedError):
+        return f"cannot reach ORS server at {server}: connection refused: is the server running, on this port?"
+    return f"cannot reach ORS server at {server}: {reason}"
 
 
 def _safe(exc: Exception) -> str:
