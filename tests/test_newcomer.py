@@ -168,3 +168,12 @@ def test_wheel_ships_the_templates(tmp_path):
     templates = sorted(p.name for p in (ROOT / "templates").glob("*.jinja"))
     assert sorted(n.removeprefix("orsgen/templates/") for n in names if n.startswith("orsgen/templates/")) == templates
     assert not [n for n in names if n.startswith(("templates/", "tests/", "examples/"))]
+
+
+def test_cli_without_the_generator_extra_says_so():
+    """`pip install orsgen` is the run time: the CLI then names the extra in one line (black hidden here)."""
+    code = "import sys, runpy; sys.modules['black'] = None; sys.argv = ['orsgen', 'x']; runpy.run_module('orsgen', run_name='__main__')"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=60)
+    assert result.returncode == 2
+    assert result.stderr == ('orsgen: error: the generator needs black: pip install "orsgen[generator]" (a training '
+                             "image needs only the run time)\n")

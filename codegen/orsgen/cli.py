@@ -1,17 +1,24 @@
 """`orsgen TARGET -o FILE`, `orsgen --check ...`, and `orsgen` alone for the targets in pyproject.toml.
 
 Argument plumbing only: the stages live in their own modules. Exit codes: 0 done or up to date, 1 stale (with
---check), 2 could not do it (one line on stderr).
+--check), 2 could not do it (one line on stderr), 130 interrupted.
 """
 
 import argparse
 import difflib
+import importlib.util
 import json
 import os
 import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, NoReturn
+
+_missing = [name for name in ("jinja2", "black") if importlib.util.find_spec(name) is None]
+if _missing:  # `pip install orsgen` is the run time only: one line, not an ImportError's traceback
+    print(f"orsgen: error: the generator needs {' and '.join(_missing)}: pip install \"orsgen[generator]\" "
+          "(a training image needs only the run time)", file=sys.stderr)
+    raise SystemExit(2)
 
 from orsgen import __version__, config, model, pin, pipeline, report, write
 from orsgen.errors import OrsgenError
