@@ -64,7 +64,8 @@ def test_offline_hook_passes_with_the_server_down(tmp_path, monkeypatch, capsys)
         server.stop()
     capsys.readouterr()
     started = time.monotonic()
-    hook = subprocess.run([sys.executable, "-X", "importtime", "-m", "orsgen", "--check", "--offline"], cwd=root, check=False,
+    hook = subprocess.run([sys.executable, "-X", "importtime", "-m", "orsgen", "--check", "--offline"], cwd=root,
+                          check=False,
                           capture_output=True, text=True, timeout=60)
     elapsed = time.monotonic() - started
     assert hook.returncode == 0 and hook.stdout == "gen/echo.py: up to date\n", hook.stdout + hook.stderr[-2000:]
@@ -84,7 +85,8 @@ def test_hooks_offline_by_default_live_by_name():
     assert hooks["orsgen-check"]["entry"] == "orsgen --check --offline"
     assert hooks["orsgen-check-live"]["entry"] == "orsgen --check"
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    requirements = [*pyproject["dependencies"], *(r for extra in pyproject["optional-dependencies"].values() for r in extra)]
+    extras = pyproject["optional-dependencies"].values()
+    requirements = [*pyproject["dependencies"], *(r for extra in extras for r in extra)]
     black = next(r for r in requirements if re.match(r"black\s*==", r)).replace(" ", "")
     for hook in hooks.values():  # the hook's environment installs the runtime only: the generator's pins, the same
         assert black in hook["additional_dependencies"]
@@ -172,7 +174,8 @@ def test_wheel_ships_the_templates(tmp_path):
 
 def test_cli_without_the_generator_extra_says_so():
     """`pip install orsgen` is the run time: the CLI then names the extra in one line (black hidden here)."""
-    code = "import sys, runpy; sys.modules['black'] = None; sys.argv = ['orsgen', 'x']; runpy.run_module('orsgen', run_name='__main__')"
+    code = ("import sys, runpy; sys.modules['black'] = None; sys.argv = ['orsgen', 'x']; "
+            "runpy.run_module('orsgen', run_name='__main__')")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=60)
     assert result.returncode == 2
     assert result.stderr == ('orsgen: error: the generator needs black: pip install "orsgen[generator]" (a training '
