@@ -26,6 +26,8 @@ for key, value in {
     os.environ.setdefault(key, value)
 warnings.filterwarnings("ignore", category=FutureWarning)
 
+MAX_TOOL_CALLING_ITERATIONS = 10  # as in the README, the quickstart and the generated module's docstring
+
 
 def load_module(path: Path) -> ModuleType:
     """Import a generated module from its file, as a user would from their repo."""
@@ -112,7 +114,8 @@ def main(argv: list[str] | None = None) -> int:
         trainer = GRPOTrainer(
             model=lm,
             processing_class=tok,
-            args=tiny.grpo_config(str(out_dir / "trainer"), args.steps, learning_rate=5e-5),
+            args=tiny.grpo_config(str(out_dir / "trainer"), args.steps, learning_rate=5e-5,
+                                  max_tool_calling_iterations=MAX_TOOL_CALLING_ITERATIONS),
             train_dataset=train,
             environment_factory=env_class,
         )
