@@ -1,6 +1,7 @@
 """A newcomer's first half hour: --check whatever the spelling of the module's path, the offline pre-commit hook
 with the server down, Ctrl-C, the error lines that say what to do, and the editable install seen by mypy."""
 
+import os
 import re
 import signal
 import subprocess
@@ -33,7 +34,7 @@ def test_check_does_not_follow_the_spelling_of_the_path(echo_server, tmp_path, m
     assert main([echo_server.url, "-o", str(root / "gen" / "echo.py")]) == 0  # absolute
     text = (root / "gen" / "echo.py").read_text()
     assert text.splitlines()[1] == f"#   orsgen {echo_server.url} -o gen/echo.py"  # relative to the project root
-    assert "    from gen.echo import Echo, dataset\n" in text
+    assert "    from gen.echo import Echo, close_all, dataset\n" in text
     capsys.readouterr()
     for spelling in ("gen/echo.py", "./gen/../gen/echo.py", str(root / "gen" / "echo.py")):
         assert main(["--check", echo_server.url, "-o", spelling]) == 0, capsys.readouterr()
@@ -51,7 +52,7 @@ def test_check_without_a_project_is_relative_to_the_current_folder(tmp_path, mon
     monkeypatch.chdir(tmp_path)
     assert main([str(ECHO_TOOLS), "--env", "echo", "-o", "gen/echo.py"]) == 0
     assert main(["--check", str(ECHO_TOOLS), "--env", "echo", "-o", str(tmp_path / "gen" / "echo.py")]) == 0
-    assert "    from gen.echo import Echo, dataset\n" in (tmp_path / "gen" / "echo.py").read_text()
+    assert "    from gen.echo import Echo, close_all, dataset\n" in (tmp_path / "gen" / "echo.py").read_text()
 
 
 def test_offline_hook_passes_with_the_server_down(tmp_path, monkeypatch, capsys):
@@ -180,3 +181,18 @@ def test_cli_without_the_generator_extra_says_so():
     assert result.returncode == 2
     assert result.stderr == ('orsgen: error: the generator needs black: pip install "orsgen[generator]" (a training '
                              "image needs only the run time)\n")
+
+
+def test_one_max_tool_calling_iterations_everywhere():
+    files = ["README.md", "templates/module.py.jinja", "generated/echo.py", "examples/demo.py", "examples/quickstart.py"]
+    found = {f: set(re.findall(r"max_tool_calling_iterations=(\d+)|MAX_TOOL_CALLING_ITERATIONS = (\d+)",
+                               (ROOT / f).read_text())) for f in files}
+    values = {n for pairs in found.values() for pair in pairs for n in pair if n}
+    assert len(values) == 1 and all(found.values()), found
+
+
+def test_quickstart_runs_from_the_clone_without_sys_path():
+    result = subprocess.run([sys.executable, "-m", "examples.quickstart", "--help"], cwd=ROOT, capture_output=True,
+                            text=True, check=False, timeout=60, env={k: v for k, v in os.environ.items()
+                                                                     if k != "PYTHONPATH"})
+    assert result.returncode == 0 and "one GRPO step" in result.stdout, result.stderr
