@@ -147,8 +147,7 @@ def render(job: config.Job) -> tuple[str, model.Adapter, dict[str, Any], Source]
     async_tools, templates = job.async_tools, job.templates
     if job.fetched is not None:
         (source, snap), class_name, command = job.fetched, None, job.command()
-        if not _is_module(job.target):
-            source = replace(source, target=job._shown(job.target))
+        source = _as_named(job, source) if not _is_module(job.target) else source
     elif job.target.endswith(".py"):
         pinned = pin.read(Path(job.target))
         source, snap, class_name = pinned.source, pinned.snapshot, pinned.class_name
@@ -168,9 +167,7 @@ def render(job: config.Job) -> tuple[str, model.Adapter, dict[str, Any], Source]
         else:
             source, snap = fetch(job.target, job.env, job.task_tools_from)
             class_name = job.class_name
-        command = job.command()
-        if job.root is not None and Path(job.target).exists():  # a file as the project names it, from any folder
-            source = replace(source, target=job._shown(job.target))
+        source, command = _as_named(job, source), job.command()
     text, adapter = pipeline.build(
         source,
         snap,
@@ -181,6 +178,13 @@ def render(job: config.Job) -> tuple[str, model.Adapter, dict[str, Any], Source]
         async_tools=async_tools,
     )
     return text, adapter, snap, source
+
+
+def _as_named(job: config.Job, source: Source) -> Source:
+    """A file TARGET as the project names it (relative to its root), however it was spelled, from any folder."""
+    if job.root is None or not Path(job.target).exists():
+        return source
+    return replace(source, target=job._shown(job.target))
 
 
 def tasks_path(output: Path) -> Path:
