@@ -65,12 +65,17 @@ def tool_methods(instance: Any) -> list[Any]:
     return [getattr(instance, n) for n, _ in members if not n.startswith("_") and n not in ("reset", "get_reward")]
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--steps", type=int, default=3, help="GRPO steps")
+def options(argv: list[str] | None, doc: str | None, steps: int) -> argparse.Namespace:
+    """The demo's and the quickstart's options."""
+    p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--steps", type=int, default=steps, help=f"GRPO steps (default {steps})")
     p.add_argument("--warmup-steps", type=int, default=300, help="supervised steps teaching the tool-call format")
     p.add_argument("--out", type=Path, help="where to write the adapter (default: a temporary directory)")
-    args = p.parse_args(argv)
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = options(argv, __doc__, steps=3)
     start = time.time()
 
     from orsgen.cli import main as orsgen

@@ -5,39 +5,15 @@ gave. From the clone, after `make setup`:
     .venv/bin/python -m examples.quickstart [--steps 1] [--out DIR]
 """
 
-import argparse
-import importlib.util
-import os
-import sys
 import tempfile
-import warnings
 from pathlib import Path
-from types import ModuleType
 
-for key, value in {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-                   "TRL_EXPERIMENTAL_SILENCE": "1", "TOKENIZERS_PARALLELISM": "false"}.items():
-    os.environ.setdefault(key, value)  # nothing is downloaded: the model is built here
-warnings.filterwarnings("ignore", category=FutureWarning)
-
-MAX_TOOL_CALLING_ITERATIONS = 10  # as in the README and the generated module's docstring
-
-
-def load(path: Path) -> ModuleType:
-    """Import the generated module from its file (in your project: `from generated.echo import Echo, dataset`)."""
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[path.stem] = module
-    spec.loader.exec_module(module)
-    return module
+# importing the demo also sets HF_HUB_OFFLINE & co: nothing is downloaded
+from examples.demo import MAX_TOOL_CALLING_ITERATIONS, load_module, options
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--steps", type=int, default=1, help="GRPO steps (default 1)")
-    p.add_argument("--warmup-steps", type=int, default=300, help="supervised steps teaching the tool-call format")
-    p.add_argument("--out", type=Path, help="folder for the adapter and the trainer (default: a temporary one)")
-    args = p.parse_args(argv)
+    args = options(argv, __doc__, steps=1)
 
     from orsgen.cli import main as orsgen
 
@@ -49,7 +25,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"$ orsgen {server.url} -o {path}")
         if orsgen([server.url, "-o", str(path)]) != 0:
             return 1
-        echo = load(path)
+        echo = load_module(path)  # in your project: from generated.echo import Echo, dataset
 
         # An episode no tool scored is unscored (None) by default and teaches GRPO nothing; count it as a failure.
         class Echo(echo.Echo):  # type: ignore[misc, name-defined]

@@ -184,7 +184,7 @@ def test_cli_without_the_generator_extra_says_so():
 
 
 def test_one_max_tool_calling_iterations_everywhere():
-    files = ["README.md", "templates/module.py.jinja", "generated/echo.py", "examples/demo.py", "examples/quickstart.py"]
+    files = ["README.md", "templates/module.py.jinja", "generated/echo.py", "examples/demo.py"]
     found = {f: set(re.findall(r"max_tool_calling_iterations=(\d+)|MAX_TOOL_CALLING_ITERATIONS = (\d+)",
                                (ROOT / f).read_text())) for f in files}
     values = {n for pairs in found.values() for pair in pairs for n in pair if n}
