@@ -26,6 +26,8 @@ for key, value in {
     os.environ.setdefault(key, value)
 warnings.filterwarnings("ignore", category=FutureWarning)
 
+MAX_TOOL_CALLING_ITERATIONS = 10  # as in the README, the quickstart and the generated module's docstring
+
 
 def load_module(path: Path) -> ModuleType:
     """Import a generated module from its file, as a user would from their repo."""
@@ -63,12 +65,17 @@ def tool_methods(instance: Any) -> list[Any]:
     return [getattr(instance, n) for n, _ in members if not n.startswith("_") and n not in ("reset", "get_reward")]
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--steps", type=int, default=3, help="GRPO steps")
+def options(argv: list[str] | None, doc: str | None, steps: int) -> argparse.Namespace:
+    """The demo's and the quickstart's options."""
+    p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--steps", type=int, default=steps, help=f"GRPO steps (default {steps})")
     p.add_argument("--warmup-steps", type=int, default=300, help="supervised steps teaching the tool-call format")
     p.add_argument("--out", type=Path, help="where to write the adapter (default: a temporary directory)")
-    args = p.parse_args(argv)
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = options(argv, __doc__, steps=3)
     start = time.time()
 
     from orsgen.cli import main as orsgen
@@ -112,7 +119,8 @@ def main(argv: list[str] | None = None) -> int:
         trainer = GRPOTrainer(
             model=lm,
             processing_class=tok,
-            args=tiny.grpo_config(str(out_dir / "trainer"), args.steps, learning_rate=5e-5),
+            args=tiny.grpo_config(str(out_dir / "trainer"), args.steps, learning_rate=5e-5,
+                                  max_tool_calling_iterations=MAX_TOOL_CALLING_ITERATIONS),
             train_dataset=train,
             environment_factory=env_class,
         )

@@ -7,14 +7,19 @@
 Usage::
 
     from trl import GRPOConfig, GRPOTrainer
-    from generated.echo import Echo, dataset
+    from generated.echo import Echo, close_all, dataset
 
     trainer = GRPOTrainer(
         model=...,
         args=GRPOConfig(max_tool_calling_iterations=10),
-        train_dataset=dataset(num_tasks=64),
+        train_dataset=dataset(num_tasks=64),  # prompt: an empty user message, completed by reset()
         environment_factory=Echo,  # the reward comes from Echo.get_reward()
     )
+    trainer.train()
+    close_all()  # GRPOTrainer never closes its environments
+
+An episode no tool scored gives ``None``, which GRPO leaves out: a model that does not call tools yet learns
+nothing. ``Echo.unscored_reward = 0.0`` counts such episodes as failures.
 
 Connection settings are pinned below. Override them per adapter with ``Echo(url=..., split=...,
 api_key=..., secrets=...)`` (e.g. via ``functools.partial``), or with ``OPENREWARD_SESSION_URL`` and

@@ -1,7 +1,7 @@
 """`orsgen TARGET -o FILE`, `orsgen --check ...`, and `orsgen` alone for the targets in pyproject.toml.
 
 Argument plumbing only: the stages live in their own modules. Exit codes: 0 done or up to date, 1 stale (with
---check), 2 could not do it (one line on stderr).
+--check), 2 could not do it (one line on stderr), 130 interrupted.
 """
 
 import argparse
@@ -28,13 +28,33 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"orsgen: error: {message} (orsgen --help lists the options)\n")
 
 
+class _Help(argparse.HelpFormatter):
+    """Options wrapped as usual; the epilog's examples kept as written."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        return text if "\n" in text else super()._fill_text(text, width, indent)
+
+
+EPILOG = """examples:
+  orsgen http://127.0.0.1:8000 -o generated/myenv.py    a self-hosted server (--env NAME: one of several)
+  orsgen Eigent/SETA -o generated/seta.py               a catalog environment (needs OPENREWARD_API_KEY)
+  orsgen tools.json --env myenv -o generated/myenv.py   a saved URL/myenv/tools response
+  orsgen                                                every [tool.orsgen] target of pyproject.toml
+  orsgen --check                                        CI: each target against its live server
+  orsgen --check --offline                              pre-commit: each module against its own snapshot
+environment: OPENREWARD_API_KEY (catalog targets; used, never written), OPENREWARD_SESSION_URL (their server)
+exit codes: 0 done or up to date, 1 stale (--check), 2 bad input or unreachable server, 130 interrupted
+"""
+
+
 def parser() -> argparse.ArgumentParser:
     p = _Parser(
         prog="orsgen",
         allow_abbrev=False,
-        formatter_class=lambda prog: argparse.HelpFormatter(prog, max_help_position=28, width=110),
+        formatter_class=lambda prog: _Help(prog, max_help_position=28, width=110),
         description="Generate a typed Python adapter module for an ORS environment, for TRL's GRPOTrainer. "
         "With no TARGET: every [tool.orsgen] target of the nearest pyproject.toml.",
+        epilog=EPILOG,
     )
     p.add_argument(
         "targets",
@@ -47,6 +67,8 @@ def parser() -> argparse.ArgumentParser:
     config.add_arguments(p)
     p.add_argument("--check", action="store_true", help="write nothing; exit 1 if the output is not up to date")
     p.add_argument("--diff", action="store_true", help="with --check: print the whole unified diff too")
+    p.add_argument("--offline", action="store_true", help="each [tool.orsgen] target from its module's own snapshot, "
+                   "no request (pre-commit)")
     p.add_argument("--report", action="store_true", help="what the model sees of each tool and argument, what went "
                    "into text, what was lost (-o optional)")
     p.add_argument("--format", choices=("text", "markdown"), default="text", help="--report as text or markdown")
@@ -65,12 +87,19 @@ def jobs(args: argparse.Namespace) -> list[config.Job]:
                               "targets set task-tools-from, task-tools-for-all or secret in their table")
         listed = config.load(args.config or config.find(Path.cwd()))
         return [replace(j, templates=args.templates or j.templates, pin_tasks=args.pin_tasks or j.pin_tasks,
-                        async_tools=args.async_tools or j.async_tools) for j in listed]
-    if args.output is None and not args.report:
+                        async_tools=args.async_tools or j.async_tools, offline=args.offline) for j in listed]
+    if args.offline:
+        raise OrsgenError("--offline goes without TARGET: it checks the [tool.orsgen] targets' modules against their "
+                          "own snapshots (a module TARGET is offline already)")
+    output = args.output
+    if output is None and len(args.targets) == 1 and not envs and not args.report and _is_module(args.targets[0]):
+        output = Path(args.targets[0])  # a module knows its own target: itself, from its own snapshot
+    if output is None and not args.report:
         raise OrsgenError("give the output module with -o FILE")
-    output = Path(os.path.normpath(args.output or "adapter.py"))
+    output = Path(os.path.normpath(output or "adapter.py"))
     if len(args.targets) == 1 and len(envs) <= 1:
-        return [replace(job_of(args.targets[0], output, envs[0] if envs else None, args), class_name=args.class_name)]
+        return [replace(job_of(args.targets[0], output, envs[0] if envs else None, args), class_name=args.class_name,
+                        root=config.project_root(output), found_root=True)]
     if output.suffix == ".py" or args.class_name:
         raise OrsgenError("with several environments, -o is a directory and --class-name cannot be used")
     if len(args.targets) > 1 and envs:
@@ -81,8 +110,9 @@ def jobs(args: argparse.Namespace) -> list[config.Job]:
         raise OrsgenError(f"environment {twice[0][1] or twice[0][0]} is given twice")
     found: list[config.Job] = []
     names: set[str] = set()
+    root = config.project_root(output / "bundle.py")
     for target, env in pairs:
-        if target.endswith(".py") and Path(target).is_file():  # an orsgen module: its embedded snapshot, offline
+        if _is_module(target):  # an orsgen module: its embedded snapshot, offline
             embedded = pin.read(Path(target))
             source, snap = embedded.source, embedded.snapshot
         else:
@@ -90,8 +120,13 @@ def jobs(args: argparse.Namespace) -> list[config.Job]:
         name = naming.unique(naming.module_name(source.env or source.name), names, BUNDLE_NAMES)
         if any(job.fetched[0] == source for job in found):
             raise OrsgenError(f"environment {source.env or source.deployment} of {target} is given twice")
-        found.append(replace(job_of(target, output / f"{name}.py", env, args), fetched=(source, snap)))
+        found.append(replace(job_of(target, output / f"{name}.py", env, args), fetched=(source, snap), root=root,
+                             found_root=True))
     return found
+
+
+def _is_module(target: str) -> bool:
+    return target.endswith(".py") and Path(target).is_file()
 
 
 def validate(job: config.Job) -> None:
@@ -131,6 +166,7 @@ def render(job: config.Job) -> tuple[str, model.Adapter, dict[str, Any], Source]
     async_tools, templates = job.async_tools, job.templates
     if job.fetched is not None:
         (source, snap), class_name, command = job.fetched, None, job.command()
+        source = _as_named(job, source) if not _is_module(job.target) else source
     elif job.target.endswith(".py"):
         pinned = pin.read(Path(job.target))
         source, snap, class_name = pinned.source, pinned.snapshot, pinned.class_name
@@ -139,23 +175,35 @@ def render(job: config.Job) -> tuple[str, model.Adapter, dict[str, Any], Source]
             templates = Path(recorded)
             if not templates.is_dir():
                 raise OrsgenError(f"{job.target} was made with --templates {recorded}, not found here: pass --templates DIR")
-        command = pin.retarget(pinned.command, job.output, templates=templates, class_name=job.class_name)
+        shown = Path(job._shown(job.output))
+        command = pin.retarget(pinned.command, shown, templates=templates and Path(job._shown(templates)),
+                               class_name=job.class_name)
         async_tools = async_tools or pinned.async_tools
     else:
-        source, snap = fetch(job.target, job.env, probe(job))
-        class_name, command = job.class_name, job.command()
-    if job.root is not None:  # as the pyproject names it, whatever folder orsgen runs in
-        source = replace(source, target=job._shown(job.target))
+        if job.offline:  # what this orsgen makes of the module's own snapshot: catches hand edits and generator drift
+            pinned = pin.read(job.output)
+            source, snap, class_name = pinned.source, pinned.snapshot, pinned.class_name
+        else:
+            source, snap = fetch(job.target, job.env, probe(job))
+            class_name = job.class_name
+        source, command = _as_named(job, source), job.command()
     text, adapter = pipeline.build(
         source,
         snap,
         class_name=job.class_name or class_name,
         command=command,
-        module_name=_module_name(job.output if job.root is None else Path(os.path.relpath(job.output, job.root))),
+        module_name=_module_name(job.output if job.root is None else Path(job._shown(job.output))),
         template_dir=templates,
         async_tools=async_tools,
     )
     return text, adapter, snap, source
+
+
+def _as_named(job: config.Job, source: Source) -> Source:
+    """A file TARGET as the project names it (relative to its root), however it was spelled, from any folder."""
+    if job.root is None or not Path(job.target).exists():
+        return source
+    return replace(source, target=job._shown(job.target))
 
 
 def tasks_path(output: Path) -> Path:
@@ -171,7 +219,7 @@ def pinned_tasks(job: config.Job, source: Source, snap: dict[str, Any]) -> str:
     return json.dumps(pinned, ensure_ascii=False, indent=1, sort_keys=True) + "\n"
 
 
-def check(output: Path, text: str, show_diff: bool, pinned: bool = True) -> int:
+def check(output: Path, text: str, show_diff: bool, pinned: bool = True, root: Path | None = None) -> int:
     if not output.is_file():
         raise OrsgenError(f"cannot check {output}: no such file")
     old = output.read_text(encoding="utf-8")
@@ -188,6 +236,8 @@ def check(output: Path, text: str, show_diff: bool, pinned: bool = True) -> int:
     for line in changes or ["the generated code differs (a new orsgen, templates or options)"]:
         print(f"  {line}")
     fix = text.splitlines()[1].removeprefix("#").strip() if pinned else "the command that wrote this directory"
+    if pinned and root is not None and Path(root).resolve() != Path.cwd().resolve():
+        fix += f"   (in {Path(root).resolve().as_posix()})"  # the header's paths are relative to the project
     print(f"  fix: {fix}" + ("" if show_diff else "   (--diff shows the whole difference)"))
     note = formatter_note()
     if note:
@@ -283,12 +333,12 @@ def run(job: config.Job, args: argparse.Namespace) -> tuple[int, model.Adapter |
         if args.output is None and args.targets:
             return 0, None
     if args.check:
-        status = check(job.output, text, args.diff)
-        if job.pin_tasks:
+        status = check(job.output, text, args.diff, root=job.root)
+        if job.pin_tasks and not job.offline:  # offline: the tasks are the server's, not this orsgen's
             status = max(status, check_tasks(tasks_path(job.output), pinned_tasks(job, source, snap)))
         return status, adapter
     emit(job.output, text, summary(adapter))
-    if job.pin_tasks:
+    if job.pin_tasks and not job.offline:
         tasks = pinned_tasks(job, source, snap)
         emit(tasks_path(job.output), tasks,
              ", ".join(f"{len(v)} {k} tasks" for k, v in json.loads(tasks)["splits"].items()))
@@ -301,6 +351,14 @@ def run(job: config.Job, args: argparse.Namespace) -> tuple[int, model.Adapter |
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:  # outputs are replaced atomically: nothing was half-written
+        print("orsgen: interrupted", file=sys.stderr)
+        return 130
+
+
+def _main(argv: list[str] | None) -> int:
     args = parser().parse_args(argv)
     try:
         todo = jobs(args)

@@ -10,8 +10,8 @@ GENERATOR = ("jinja2", "black")  # the `generator` extra
 def main() -> int:
     missing = [name for name in GENERATOR if importlib.util.find_spec(name) is None]
     if missing:
-        print(f"orsgen: error: the generator needs {' and '.join(missing)}, which this environment lacks: "
-              "pip install 'orsgen[generator]' (training needs only the runtime, which is installed)", file=sys.stderr)
+        print(f"orsgen: error: the generator needs {' and '.join(missing)}: pip install \"orsgen[generator]\" (a "
+              "training image needs only the run time)", file=sys.stderr)
         return 2
     from orsgen.cli import main as generate
 

@@ -58,6 +58,8 @@ OPTIONS = (
     Option("async-tools", bool, "tool methods as `async def` (TRL runs one message's calls concurrently)"),
 )
 KEYS = {"target", "output"} | {o.name for o in OPTIONS}
+NO_TARGETS = ('run `orsgen TARGET -o FILE`, or list them in pyproject.toml, e.g. [tool.orsgen.targets.myenv] '
+              'target = "http://127.0.0.1:8000" output = "generated/myenv.py" (one key a line)')
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -84,6 +86,8 @@ class Job:
     async_tools: bool = False
     fetched: Any = None  # (Source, snapshot) when already fetched (several environments into one directory)
     root: Path | None = None  # the folder of the pyproject.toml that listed it: the header's paths are relative to it
+    found_root: bool = False  # root is the project found above a command line's output: paths outside it stay absolute
+    offline: bool = False  # regenerate from the output module's own snapshot: no request
 
     def command(self) -> str:
         """The command line that regenerates this output (written into its header): every option that made it."""
@@ -103,10 +107,23 @@ class Job:
         folder."""
         if self.root is None or (isinstance(path, str) and not Path(path).exists()):
             return path if isinstance(path, str) else path.as_posix()
-        return Path(os.path.relpath(path, self.root)).as_posix()
+        shown = Path(os.path.relpath(Path(path).resolve(), Path(self.root).resolve()))
+        if self.found_root and shown.parts[:1] == ("..",):
+            return Path(path).resolve().as_posix()
+        return shown.as_posix()
 
 
 assert {o.field for o in OPTIONS} <= {f.name for f in fields(Job)}
+
+
+def project_root(output: Path) -> Path:
+    """The folder a command line's header paths are relative to, whatever their spelling: the nearest one above the
+    output holding a pyproject.toml (the project's root, where `from gen.echo import Echo` imports), else the
+    current folder."""
+    for folder in Path(output).resolve().parents:
+        if (folder / "pyproject.toml").is_file():
+            return folder
+    return Path.cwd().resolve()
 
 
 def find(start: Path) -> Path:
@@ -122,13 +139,13 @@ def load(pyproject: Path) -> list[Job]:
     try:
         data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise OrsgenError(f"no TARGET given and no {pyproject} with [tool.orsgen] targets") from None
+        raise OrsgenError(f"no TARGET given and no {pyproject} with [tool.orsgen] targets: {NO_TARGETS}") from None
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise OrsgenError(f"{pyproject}: {exc}") from None
     section = data.get("tool", {}).get("orsgen", {})
     targets = section.get("targets")
     if not isinstance(targets, dict) or not targets:
-        raise OrsgenError(f"no TARGET given and {pyproject} has no [tool.orsgen.targets.NAME] tables")
+        raise OrsgenError(f"no TARGET given and {pyproject} has no [tool.orsgen.targets.NAME] tables: {NO_TARGETS}")
     base = Path(os.path.relpath(pyproject.parent.resolve(), Path.cwd().resolve()))  # "." when run beside it
     shared = section.get("templates")
     return [_job(name, spec, base, shared, pyproject) for name, spec in targets.items()]

@@ -5,7 +5,6 @@ import contextlib
 import keyword
 import traceback
 from collections.abc import Iterator
-from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +12,7 @@ import black
 import jinja2
 
 from orsgen import model, normalize, render
+from orsgen.builtin import templates
 from orsgen.errors import OrsgenError
 from orsgen.model import naming
 from orsgen.source import Source, _snap
@@ -50,7 +50,7 @@ def check_templates(folder: Path) -> None:
     """A --templates folder must exist and shadow built-in templates only (a typo would be silently ignored)."""
     if not folder.is_dir():
         raise OrsgenError(f"--templates {folder}: no such directory")
-    builtin = {p.name for p in files("orsgen.templates").iterdir() if p.name.endswith(".jinja")}
+    builtin = {p.name for p in templates().iterdir() if p.name.endswith(".jinja")}
     unknown = sorted(p.name for p in folder.iterdir() if p.name.endswith(".jinja") and p.name not in builtin)
     if unknown:
         raise OrsgenError(f"--templates {folder}: {unknown[0]} shadows no built-in template "

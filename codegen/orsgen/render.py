@@ -1,6 +1,5 @@
 """Stage 4: lay the model out with the Jinja templates, then format with black in a fixed mode."""
 
-from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
@@ -9,6 +8,7 @@ import jinja2
 
 from orsgen import __version__
 from orsgen.blackfast import MODE, format_module
+from orsgen.builtin import templates
 from orsgen.model import Adapter, docs
 from orsgen.runtime import API
 from orsgen.snapshot import sha256
@@ -37,7 +37,7 @@ def comment(text: str) -> str:
 
 
 def environment(template_dir: Path | None = None) -> jinja2.Environment:
-    builtin = jinja2.FileSystemLoader(str(files("orsgen.templates")))
+    builtin = jinja2.FileSystemLoader(str(templates()))
     loaders = [jinja2.FileSystemLoader(str(template_dir)), builtin] if template_dir else [builtin]
     env = jinja2.Environment(
         loader=jinja2.ChoiceLoader(loaders),

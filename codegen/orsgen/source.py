@@ -49,7 +49,15 @@ def fetch(target: str, env: str | None = None, probe: Probe | None = None) -> tu
         return _from_file(target, path, env)
     if CATALOG.fullmatch(target):
         return _from_catalog(target, env, probe)
+    if re.fullmatch(r"[\w.-]+:\d+(/\S*)?", target):  # 127.0.0.1:8000, localhost:8000/
+        raise OrsgenError(f"TARGET {target!r} has no scheme: use http://{target}")
     raise OrsgenError(f"TARGET {target!r} is not a URL, an owner/name catalog name or an existing JSON file")
+
+
+def _empty_file(target: str) -> str:
+    """`curl URL/tools > tools.json` saves the server's 308 redirect, which has no body."""
+    return (f"{target} is empty (a `curl URL/tools` saves the server's redirect, which has no body): the endpoint is "
+            "URL/{env}/tools (URL/list_environments names the environments), or use `curl -L URL/tools`")
 
 
 def _from_file(target: str, path: Path, env: str | None) -> tuple[Source, dict[str, Any]]:
@@ -74,6 +82,8 @@ def read_json(path: Path, target: str) -> Any:
         raise OrsgenError(f"{target}: no such file") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise OrsgenError(f"{target}: cannot read: {exc}") from None
+    if not text.strip():
+        raise OrsgenError(_empty_file(target))
     return normalize.loads(text, target)
 
 

@@ -136,6 +136,8 @@ class Server:
                                       exc.code) from None
             except (urllib.error.URLError, OSError) as exc:
                 reason = getattr(exc, "reason", exc)
+                if isinstance(reason, ConnectionRefusedError):
+                    reason = "connection refused: is the server running, on this port?"
                 raise OrsgenError(self.scrub(f"cannot reach ORS server at {self.base}: {reason}")) from None
             except (json.JSONDecodeError, UnicodeDecodeError):
                 raise OrsgenError(f"{url} did not answer with JSON") from None

@@ -28,3 +28,6 @@ def atomic(path: Path, text: str) -> None:
     except OSError as exc:
         Path(tmp).unlink(missing_ok=True)
         raise OrsgenError(f"cannot write {path}: {exc.strerror or exc}") from None
+    except BaseException:  # Ctrl-C: no temporary file left behind either
+        Path(tmp).unlink(missing_ok=True)
+        raise

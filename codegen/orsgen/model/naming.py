@@ -4,8 +4,8 @@ import builtins
 import keyword
 import re
 import unicodedata
-from importlib.resources import files
 
+from orsgen import builtin
 from orsgen.runtime.adapter import Adapter
 
 # Names the runtime's adapter class owns (methods, settings, episode state). TRL treats every public function of the
@@ -20,7 +20,7 @@ ADAPTER_NAMES = frozenset(
 
 def _template_names() -> frozenset[str]:
     """Names the module template binds at the top level: read from the template itself, so none is missed."""
-    text = (files("orsgen.templates") / "module.py.jinja").read_text(encoding="utf-8")
+    text = (builtin.templates() / "module.py.jinja").read_text(encoding="utf-8")
     bound = re.findall(r"^([A-Za-z_]\w*)\s*(?::[^=\n]*)?=", text, re.MULTILINE)
     bound += re.findall(r"^(?:def|class) ([A-Za-z_]\w*)\b", text, re.MULTILINE)
     bound += re.findall(r"^import (\w+)", text, re.MULTILINE)

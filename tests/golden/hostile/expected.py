@@ -7,14 +7,19 @@
 Usage::
 
     from trl import GRPOConfig, GRPOTrainer
-    from expected import Hostile, dataset
+    from expected import Hostile, close_all, dataset
 
     trainer = GRPOTrainer(
         model=...,
         args=GRPOConfig(max_tool_calling_iterations=10),
-        train_dataset=dataset(num_tasks=64),
+        train_dataset=dataset(num_tasks=64),  # prompt: an empty user message, completed by reset()
         environment_factory=Hostile,  # the reward comes from Hostile.get_reward()
     )
+    trainer.train()
+    close_all()  # GRPOTrainer never closes its environments
+
+An episode no tool scored gives ``None``, which GRPO leaves out: a model that does not call tools yet learns
+nothing. ``Hostile.unscored_reward = 0.0`` counts such episodes as failures.
 
 Connection settings are pinned below. Override them per adapter with ``Hostile(url=..., split=...,
 api_key=..., secrets=...)`` (e.g. via ``functools.partial``), or with ``OPENREWARD_SESSION_URL`` and

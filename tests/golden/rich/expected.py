@@ -7,14 +7,19 @@
 Usage::
 
     from trl import GRPOConfig, GRPOTrainer
-    from expected import Rich, dataset
+    from expected import Rich, close_all, dataset
 
     trainer = GRPOTrainer(
         model=...,
         args=GRPOConfig(max_tool_calling_iterations=10),
-        train_dataset=dataset(num_tasks=64),
+        train_dataset=dataset(num_tasks=64),  # prompt: an empty user message, completed by reset()
         environment_factory=Rich,  # the reward comes from Rich.get_reward()
     )
+    trainer.train()
+    close_all()  # GRPOTrainer never closes its environments
+
+An episode no tool scored gives ``None``, which GRPO leaves out: a model that does not call tools yet learns
+nothing. ``Rich.unscored_reward = 0.0`` counts such episodes as failures.
 
 Connection settings are pinned below. Override them per adapter with ``Rich(url=..., split=...,
 api_key=..., secrets=...)`` (e.g. via ``functools.partial``), or with ``OPENREWARD_SESSION_URL`` and

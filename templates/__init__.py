@@ -1,1 +1,0 @@
-"""The built-in Jinja templates (a package only so that they ship in the wheel)."""

@@ -1,0 +1,198 @@
+"""A newcomer's first half hour: --check whatever the spelling of the module's path, the offline pre-commit hook
+with the server down, Ctrl-C, the error lines that say what to do, and the editable install seen by mypy."""
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import tomllib
+import zipfile
+from pathlib import Path
+
+import pytest
+import yaml
+from orsgen.cli import main
+
+from examples import serve
+from tests.conftest import ROOT
+
+ECHO_TOOLS = ROOT / "tests" / "golden" / "echo" / "tools.json"
+
+
+def project(folder: Path, orsgen_table: str = "") -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "pyproject.toml").write_text('[project]\nname = "mine"\n' + orsgen_table)
+    return folder
+
+
+def test_check_does_not_follow_the_spelling_of_the_path(echo_server, tmp_path, monkeypatch, capsys):
+    root = project(tmp_path / "proj")
+    (root / "sub").mkdir()
+    monkeypatch.chdir(root)
+    assert main([echo_server.url, "-o", str(root / "gen" / "echo.py")]) == 0  # absolute
+    text = (root / "gen" / "echo.py").read_text()
+    assert text.splitlines()[1] == f"#   orsgen {echo_server.url} -o gen/echo.py"  # relative to the project root
+    assert "    from gen.echo import Echo, close_all, dataset\n" in text
+    capsys.readouterr()
+    for spelling in ("gen/echo.py", "./gen/../gen/echo.py", str(root / "gen" / "echo.py")):
+        assert main(["--check", echo_server.url, "-o", spelling]) == 0, capsys.readouterr()
+        assert main(["--check", spelling]) == 0, capsys.readouterr()  # the module alone: its own snapshot
+    monkeypatch.chdir(root / "sub")
+    assert main(["--check", echo_server.url, "-o", "../gen/echo.py"]) == 0
+    assert main(["../gen/echo.py"]) == 0 and "unchanged" in capsys.readouterr().out  # regenerates itself
+    (root / "gen" / "echo.py").write_text(text.replace('"""Echo text back.', '"""Edited by hand.'))
+    assert main(["--check", "../gen/echo.py"]) == 1
+    out = capsys.readouterr().out
+    assert f"fix: orsgen {echo_server.url} -o gen/echo.py   (in {root.resolve().as_posix()})" in out
+
+
+def test_check_without_a_project_is_relative_to_the_current_folder(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main([str(ECHO_TOOLS), "--env", "echo", "-o", "gen/echo.py"]) == 0
+    assert main(["--check", str(ECHO_TOOLS), "--env", "echo", "-o", str(tmp_path / "gen" / "echo.py")]) == 0
+    assert "    from gen.echo import Echo, close_all, dataset\n" in (tmp_path / "gen" / "echo.py").read_text()
+
+
+def test_offline_hook_passes_with_the_server_down(tmp_path, monkeypatch, capsys):
+    server = serve.start("examples.echo:Echo")
+    root = project(tmp_path / "proj", f'[tool.orsgen.targets.echo]\ntarget = "{server.url}"\noutput = "gen/echo.py"\n'
+                                      "pin-tasks = true\n")  # offline, the pinned tasks are not compared
+    monkeypatch.chdir(root)
+    try:
+        assert main([]) == 0 and (root / "gen" / "echo.tasks.json").is_file()
+    finally:
+        server.stop()
+    capsys.readouterr()
+    started = time.monotonic()
+    hook = subprocess.run([sys.executable, "-X", "importtime", "-m", "orsgen", "--check", "--offline"], cwd=root,
+                          check=False, capture_output=True, text=True, timeout=60)
+    elapsed = time.monotonic() - started
+    assert hook.returncode == 0 and hook.stdout == "gen/echo.py: up to date\n", hook.stdout + hook.stderr[-2000:]
+    imported = {line.split("|")[-1].strip() for line in hook.stderr.splitlines() if line.startswith("import time:")}
+    assert "orsgen.cli" in imported and not any(name.split(".")[0] == "openreward" for name in imported)
+    assert elapsed < 10, elapsed  # about 0.4 s on 2 cores; loose: the machine is shared
+    module = root / "gen" / "echo.py"
+    module.write_text(module.read_text().replace('"""Echo text back.', '"""Edited by hand.'))
+    assert main(["--check", "--offline"]) == 1 and "gen/echo.py: stale" in capsys.readouterr().out
+    assert main(["--check"]) == 2  # the live comparison needs the server
+    assert "connection refused: is the server running, on this port?" in capsys.readouterr().err
+    assert main(["--check", "--offline", server.url]) == 2
+
+
+def test_hooks_offline_by_default_live_by_name():
+    hooks = {h["id"]: h for h in yaml.safe_load((ROOT / ".pre-commit-hooks.yaml").read_text())}
+    assert hooks["orsgen-check"]["entry"] == "orsgen --check --offline"
+    assert hooks["orsgen-check-live"]["entry"] == "orsgen --check"
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    extras = pyproject["optional-dependencies"].values()
+    requirements = [*pyproject["dependencies"], *(r for extra in extras for r in extra)]
+    black = next(r for r in requirements if re.match(r"black\s*==", r)).replace(" ", "")
+    for hook in hooks.values():  # the hook's environment installs the runtime only: the generator's pins, the same
+        assert black in hook["additional_dependencies"]
+
+
+def test_ctrl_c_during_generation(tmp_path):
+    mark, out = tmp_path / "asked", tmp_path / "gen" / "stalled.py"
+    server = serve.start("tests.envs.stalled:Stalled", env={"STALLED_MARK": str(mark)})
+    try:
+        child = subprocess.Popen([sys.executable, "-m", "orsgen", server.url, "-o", str(out)],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 60
+        while not mark.exists() and child.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert mark.exists(), "orsgen never asked the server for its tools"
+        child.send_signal(signal.SIGINT)
+        stdout, stderr = child.communicate(timeout=30)
+    finally:
+        server.kill()  # its tool listing never returns
+    assert child.returncode == 130
+    assert stderr == "orsgen: interrupted\n" and stdout == ""
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["asked"]  # nothing written, no temporary file
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["127.0.0.1:8000"], "TARGET '127.0.0.1:8000' has no scheme: use http://127.0.0.1:8000"),
+        ([f"http://127.0.0.1:{serve.free_port()}"], "connection refused: is the server running, on this port?"),
+        ([], 'e.g. [tool.orsgen.targets.myenv] target = "http://127.0.0.1:8000" output = "generated/myenv.py"'),
+    ],
+    ids=["no-scheme", "wrong-port", "no-targets"],
+)
+def test_errors_say_what_to_do(argv, message, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main([*argv, "-o", "adapter.py"] if argv else []) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err, err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_empty_tools_file_is_a_redirect_saved_by_curl(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    Path("tools.json").write_text("")
+    assert main(["tools.json", "--env", "echo", "-o", "echo.py"]) == 2
+    err = capsys.readouterr().err
+    assert err == ("orsgen: error: tools.json is empty (a `curl URL/tools` saves the server's redirect, which has no "
+                   "body): the endpoint is URL/{env}/tools (URL/list_environments names the environments), or use "
+                   "`curl -L URL/tools`\n")
+    assert not Path("echo.py").exists()
+
+
+def test_help_gives_examples_environment_and_exit_codes(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    text = capsys.readouterr().out
+    assert "orsgen --check --offline" in text and "OPENREWARD_API_KEY" in text and "130 interrupted" in text
+    assert len(text.splitlines()) <= 50
+
+
+def test_editable_install_is_seen_by_mypy(tmp_path, monkeypatch):
+    """A plain path entry, not setuptools' import hook: mypy finds orsgen's runtime and checks the names."""
+    import orsgen
+
+    assert Path(orsgen.__file__).resolve().is_relative_to(ROOT / "codegen")  # the editable install of this clone
+    monkeypatch.chdir(tmp_path)
+    assert main([str(ECHO_TOOLS), "--env", "echo", "-o", "echo.py"]) == 0
+    (tmp_path / "user.py").write_text("from echo import Echo\n\nenv = Echo()\nr: float = env.get_reward()\n")
+    (tmp_path / "mypy.ini").write_text("[mypy]\n")  # mypy's defaults: a missing package is an error
+    result = subprocess.run([sys.executable, "-m", "mypy", "--no-incremental", "user.py"], cwd=tmp_path, check=False,
+                            capture_output=True, text=True, timeout=300)
+    assert "Cannot find implementation" not in result.stdout, result.stdout
+    assert result.stdout.startswith('user.py:4: error: Incompatible types in assignment (expression has type '
+                                    '"float | None", variable has type "float")'), result.stdout
+
+
+def test_wheel_ships_the_templates(tmp_path):
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w",
+                    str(tmp_path), str(ROOT)], check=True, capture_output=True, timeout=300)
+    names = zipfile.ZipFile(next(tmp_path.glob("orsgen-*.whl"))).namelist()
+    templates = sorted(p.name for p in (ROOT / "templates").glob("*.jinja"))
+    assert sorted(n.removeprefix("orsgen/templates/") for n in names if n.startswith("orsgen/templates/")) == templates
+    assert not [n for n in names if n.startswith(("templates/", "tests/", "examples/"))]
+
+
+def test_cli_without_the_generator_extra_says_so():
+    """`pip install orsgen` is the run time: the CLI then names the extra in one line (black hidden here)."""
+    code = ("import sys, runpy; sys.modules['black'] = None; sys.argv = ['orsgen', 'x']; "
+            "runpy.run_module('orsgen', run_name='__main__')")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=60)
+    assert result.returncode == 2
+    assert result.stderr == ('orsgen: error: the generator needs black: pip install "orsgen[generator]" (a training '
+                             "image needs only the run time)\n")
+
+
+def test_one_max_tool_calling_iterations_everywhere():
+    files = ["README.md", "templates/module.py.jinja", "generated/echo.py", "examples/demo.py"]
+    found = {f: set(re.findall(r"max_tool_calling_iterations=(\d+)|MAX_TOOL_CALLING_ITERATIONS = (\d+)",
+                               (ROOT / f).read_text())) for f in files}
+    values = {n for pairs in found.values() for pair in pairs for n in pair if n}
+    assert len(values) == 1 and all(found.values()), found
+
+
+def test_quickstart_runs_from_the_clone_without_sys_path():
+    result = subprocess.run([sys.executable, "-m", "examples.quickstart", "--help"], cwd=ROOT, capture_output=True,
+                            text=True, check=False, timeout=60, env={k: v for k, v in os.environ.items()
+                                                                     if k != "PYTHONPATH"})
+    assert result.returncode == 0 and "one GRPO step" in result.stdout, result.stderr
