@@ -7,7 +7,7 @@
 Usage::
 
     from trl import GRPOConfig, GRPOTrainer
-    from expected import ENVIRONMENTS, dataset
+    from expected import ENVIRONMENTS, close_all, dataset
 
     trainer = GRPOTrainer(
         model=...,
@@ -15,6 +15,11 @@ Usage::
         train_dataset=dataset(num_tasks=64),  # its `environment` column names each task's class
         environment_factory=ENVIRONMENTS,  # each task gets exactly its tools; rewards from get_reward()
     )
+    trainer.train()
+    close_all()  # GRPOTrainer never closes its environments
+
+An episode no tool scored gives ``None``, which GRPO leaves out: a model that does not call tools yet learns
+nothing. ``Quest.unscored_reward = 0.0`` counts such episodes as failures.
 
 The environment ends an episode with the model's final message: pass ``reward_funcs=[terminal_reward]``.
 
