@@ -428,13 +428,16 @@ class GrpoRun:
         return {"steps": steps, "ahead": ahead()}
 
 
-def run_orsgen(run: GrpoRun, adapter_path: Path, open_ahead: bool, settle_s: float) -> dict[str, Any]:
+def run_orsgen(run: GrpoRun, adapter_path: Path, open_ahead: bool | str, settle_s: float,
+               owned: bool = False) -> dict[str, Any]:
+    """One training with orsgen's adapter: `open_ahead` as ORSGEN_OPEN_AHEAD (True, False, "next-step"); `owned`:
+    no train_dataset, the environment owns the data."""
     module = load_module(adapter_path)  # a fresh copy per run, as a new training process would import it
     ahead = module.PINNED.ahead
     saved = os.environ.get("ORSGEN_OPEN_AHEAD")
-    os.environ["ORSGEN_OPEN_AHEAD"] = "1" if open_ahead else "0"
+    os.environ["ORSGEN_OPEN_AHEAD"] = "1" if open_ahead is True else "0" if open_ahead is False else str(open_ahead)
     try:
-        return run.train(module.dataset(num_tasks=run.tasks), module.Bench, None,
+        return run.train(None if owned else module.dataset(num_tasks=run.tasks), module.Bench, None,
                          lambda: {"opened": ahead.opened, "taken": ahead.taken, "unused": ahead.unused},
                          lambda trainer: module.close_all(), settle_s)
     finally:

@@ -4,7 +4,8 @@
 serves `Wide` (100 tools with enums, optional, nullable, nested and array arguments).
 
 The middleware counts every request by "METHOD /path" (`GET /_bench/counts` returns them, `POST /_bench/reset`
-clears them) and sleeps `BENCH_LATENCY_MS` before each ORS request, to emulate a remote environment.
+clears them) and sleeps `BENCH_LATENCY_MS` before each ORS request, to emulate a remote environment;
+`BENCH_START_MS` makes every session's start (its `setup`, which the prompt waits for) take that long, as a sandbox's.
 """
 
 import argparse
@@ -39,6 +40,12 @@ class Bench(Environment):
             {"id": f"{split}-{i}", "word": WORDS[i % len(WORDS)], "text": f"Task {i}: echo {WORDS[i % len(WORDS)]}"}
             for i in range(NUM_TASKS)
         ]
+
+    async def setup(self) -> None:
+        """BENCH_START_MS: a sandbox's start, which the session's prompt waits for (the SDK's server gates it)."""
+        start_ms = float(os.environ.get("BENCH_START_MS", "0"))
+        if start_ms:
+            await asyncio.sleep(start_ms / 1000)
 
     def get_prompt(self) -> list[TextBlock]:
         return [TextBlock(text=self.task_spec["text"])]

@@ -2,9 +2,9 @@
 never look at TRL themselves.
 
 What is assumed (TRL 1.13 to 1.16, read from their code and tested against the oldest and the newest):
-- GRPOTrainer resets a batch's rollouts one after another on the trainer's thread, from some method of the trainer
-  (`_generate_and_score_completions` today; the name is not relied on), after drawing the batch's environments into
-  `trainer.environments`. A rollout's position is the index of its environment in that list (by identity), and the
+- GRPOTrainer resets a batch's rollouts one after another on the trainer's thread, from a method of the trainer or
+  below one (`_generate_and_score_completions` today; the name is not relied on), after drawing the batch's
+  environments into `trainer.environments`. A rollout's position is the index of its environment in that list (by identity), and the
   batch's rows are the list of rows on the stack, as long as that list, whose entry at that position is the row the
   reset received.
 - The trainer attributes in `NEEDS` (public ones of GRPOTrainer and transformers' Trainer): the GRPO group size, the
@@ -123,16 +123,18 @@ def place(adapter: Any, row: Mapping[str, Any]) -> Place:
     for _ in range(_DEPTH):
         if frame is None:
             break
-        frames.append(frame)
-        local = frame.f_locals
-        # the trainer: whichever TRL object on the stack holds this environment (a method's `self`, a helper's arg)
-        trainer = next((v for v in local.values() if _from_trl(type(v)) and _holds(v, adapter)), None)
-        if trainer is not None:
-            return _read(trainer, adapter, row, frames)
-        if inside is None:
-            module = str(frame.f_globals.get("__name__", ""))
-            if module.split(".")[0] == "trl" or _from_trl(type(local.get("self"))):
-                inside = f"{module}.{frame.f_code.co_qualname}"
+        module, code = str(frame.f_globals.get("__name__", "")), frame.f_code
+        # Locals are read only where a trainer can be: TRL's own frames and methods (a subclass's `self`). Reading a
+        # frame's f_locals makes Python keep a copy of them in the frame while it runs (3.11/3.12): elsewhere that
+        # would hold the caller's objects (an adapter it deletes) alive.
+        if module.split(".")[0] == "trl" or (code.co_argcount and code.co_varnames[0] == "self"):
+            frames.append(frame)
+            local = frame.f_locals
+            trainer = next((v for v in local.values() if _from_trl(type(v)) and _holds(v, adapter)), None)
+            if trainer is not None:
+                return _read(trainer, adapter, row, frames)
+            if inside is None and (module.split(".")[0] == "trl" or _from_trl(type(local.get("self")))):
+                inside = f"{module}.{code.co_qualname}"
         frame = frame.f_back
     if inside is not None:
         return Place(None, inside, "this environment is not among the trainer's batch environments")
