@@ -128,9 +128,11 @@ class Run:
         self.metrics: list[dict[str, Any]] = []
 
 
-def accepted(cls: type, kwargs: dict[str, Any]) -> dict[str, Any]:
-    """The keyword arguments this TRL release's `cls` takes (TRL 1.16 added `eos_token_ids`; 1.13 has none)."""
-    return {k: v for k, v in kwargs.items() if k in inspect.signature(cls.__init__).parameters}
+def accepted(kwargs: dict[str, Any], *classes: type) -> dict[str, Any]:
+    """The keyword arguments this TRL release's `classes` take (TRL 1.16 added `eos_token_ids`; 1.13 has none):
+    AsyncRolloutWorker hands what it does not take itself to `_AsyncRolloutLoop`."""
+    names = {name for cls in classes for name in inspect.signature(cls.__init__).parameters}
+    return {k: v for k, v in kwargs.items() if k in names}
 
 
 def run_worker(until, *, timeout: float, **loop_kwargs: Any) -> Run:
@@ -151,7 +153,7 @@ def run_worker(until, *, timeout: float, **loop_kwargs: Any) -> Run:
     exception_info, metrics = ctx.Queue(maxsize=1), ctx.Queue(maxsize=4096)
     loop_kwargs.setdefault("dataset_start_index", 0)
     loop_kwargs.setdefault("queue_maxsize", 0)
-    loop_kwargs = accepted(arw._AsyncRolloutLoop, loop_kwargs)
+    loop_kwargs = accepted(loop_kwargs, arw._AsyncRolloutLoop)
 
     def child() -> None:
         try:
@@ -448,8 +450,8 @@ def test_async_rollout_worker_in_its_spawned_child(quiz_async, monkeypatch):
     }
     before = set(server.open_sessions())
     with serving(tok, script) as completions:
-        worker = arw.AsyncRolloutWorker(**accepted(arw.AsyncRolloutWorker, {
-            "dataset": train, "vllm_server_url": completions.url, **common}))
+        worker = arw.AsyncRolloutWorker(**accepted({"dataset": train, "vllm_server_url": completions.url, **common},
+                                                   arw.AsyncRolloutWorker, arw._AsyncRolloutLoop))
         started = time.monotonic()
         worker.start()
         ready = time.monotonic() - started
