@@ -103,20 +103,25 @@ def looking_ahead(adapter_class):
 
 
 def test_look_ahead_opens_the_next_steps_sessions_while_this_one_runs(slow, tmp_path):
-    """Environment-owned data with open_ahead = "next-step": the last reset of a step's batch opens the next step's 8
-    sessions, and those are the sessions the next step's resets take; the last step opens nothing beyond the run."""
+    """Environment-owned data with open_ahead = "next-step": once a step's batch is open, its first reset opens the
+    next step's 8 sessions, and those are the sessions the next step's resets take; the last step opens nothing
+    beyond the run."""
     server, mod = slow
     env_class = looking_ahead(mod.Slowecho)
     before, ahead = len(server.creates()), (mod.PINNED.ahead.opened, mod.PINNED.ahead.taken, mod.PINNED.ahead.unused)
+    since = len(server.log())
     trainer = train(mod, tmp_path, steps=3, env_class=env_class, owned=True)
     creates, resets = server.creates()[before:], env_class.resets
+    ready = {s["session"]: s["ready"] for s in starts(server, since)}
     assert len(creates) == len(resets) == 24  # 3 steps x 8 rollouts: the last step looked nowhere
     arrived = {c["session"]: c["arrived"] for c in creates}
     assert len(arrived) == 24 and {r["session"] for r in resets} == set(arrived)
     for step in (1, 2):
-        batch, before_it = resets[step * 8:(step + 1) * 8], resets[step * 8 - 1]
-        # each session this step took was asked for after the last step's last reset began, before this step's first
+        batch, before_it = resets[step * 8:(step + 1) * 8], resets[(step - 1) * 8]
+        # each session this step took was asked for after the last step's first reset began, before this step's first
         assert all(before_it["began"] < arrived[r["session"]] < batch[0]["began"] for r in batch), step
+        # and only once every session of the step before was open: the look-ahead never competes with a batch
+        assert min(arrived[r["session"]] for r in batch) > max(ready[r["session"]] for r in resets[step * 8 - 8:step * 8])
     groups = [[r["task"] for r in resets[i:i + GROUP]] for i in range(0, 24, GROUP)]
     assert all(len(set(g)) == 1 for g in groups) and len({g[0] for g in groups}) == 6, groups
     counts = (mod.PINNED.ahead.opened - ahead[0], mod.PINNED.ahead.taken - ahead[1], mod.PINNED.ahead.unused - ahead[2])

@@ -83,9 +83,11 @@ async def _end(session: AsyncSession | None, opening: concurrent.futures.Future[
         await asyncio.wait_for(session.__aexit__(None, None, None), client.timeout("close"))
 
 
-async def _look_ahead(plan: list[tuple[Adapter, AsyncEnvironment, str, int, ahead.Opening]]) -> None:
-    """Open the planned sessions at once, without retries: one that fails, or is refused for capacity (429),
-    resolves to None and its reset opens it in line, with the whole start-failure contract."""
+async def _look_ahead(plan: list[tuple[Adapter, AsyncEnvironment, str, int, ahead.Opening]],
+                      after: list[ahead.Opening]) -> None:
+    """Once `after` are done, open the planned sessions at once, without retries: one that fails, or is refused for
+    capacity (429), resolves to None and its reset opens it in line, with the whole start-failure contract."""
+    await asyncio.gather(*(asyncio.wrap_future(opening) for opening in after), return_exceptions=True)
 
     async def one(adapter: Adapter, env: AsyncEnvironment, split: str, index: int, opening: ahead.Opening) -> None:
         try:
@@ -176,7 +178,7 @@ class Adapter:
 
         Inside a GRPOTrainer batch, the batch's first reset opens the sessions of its following resets at once
         (``open_ahead``); they take them, so a batch pays about one start. With ``open_ahead = "next-step"`` and
-        environment-owned data, the batch's last reset opens the next step's sessions.
+        environment-owned data, it also opens the next step's sessions once this batch's are open.
 
         With ``open_in_background = True`` and a row holding ``task_prompt`` (``dataset(prompts=True)``), the pinned
         prompt is returned at once and the session opens in the background; the first tool call waits for it. A live
@@ -255,8 +257,8 @@ class Adapter:
         return self._url, self._api_key, id(self._secrets), split, index
 
     def _ahead(self, batch: trl.Batch | None, split: str, index: int) -> ahead.Opening | None:
-        """The session opened ahead for this reset, if any. The batch's first reset opens the others' sessions, its
-        last one (with open_ahead = "next-step") the next step's."""
+        """The session opened ahead for this reset, if any. The batch's first reset opens the others' sessions and
+        (with open_ahead = "next-step") the next step's."""
         if batch is None:
             return None
         ours = [isinstance(a, Adapter) for a in batch.adapters]
@@ -267,8 +269,8 @@ class Adapter:
         taken = self.pinned.ahead.take(batch.tag, self._key(split, index))
         if first:
             self._open_batch(batch)
-        if not any(ours[batch.index + 1:]) and batch.more and self._looks_ahead():
-            self._open_next(batch)
+            if batch.more and self._looks_ahead():  # once this batch's sessions are open: they never compete
+                self._open_next(batch, after=[*([taken] if taken else []), *ahead.openings(batch.tag)])
         return taken
 
     def _others(self, batch: trl.Batch, positions: range) -> list[tuple[Adapter, str, Mapping[str, Any], int]]:
@@ -293,8 +295,9 @@ class Adapter:
             if wanted[id(other.pinned), key] > other.pinned.ahead.count(batch.tag, key):
                 other.pinned.ahead.put(batch.tag, key, loop.submit(other._open(env, split, index)))
 
-    def _open_next(self, batch: trl.Batch) -> None:
-        """Environment-owned data: open the next step's sessions while this step generates and trains."""
+    def _open_next(self, batch: trl.Batch, after: list[ahead.Opening]) -> None:
+        """Environment-owned data: open the next step's sessions while this step resets, generates and trains,
+        starting when this batch's openings (`after`) are done."""
         if any(row.get("task_index") is not None for row in batch.rows):
             return  # a dataset's next rows are the sampler's: unknown here
         plan, here = [], trl.Place(batch)
@@ -305,7 +308,7 @@ class Adapter:
             opening: ahead.Opening = concurrent.futures.Future()
             other.pinned.ahead.put(tag, other._key(split, index), opening)
             plan.append((other, env, split, index, opening))
-        client.loop().submit(_look_ahead(plan))
+        client.loop().submit(_look_ahead(plan, after))
 
     async def _take(self, taken: ahead.Opening, tag: ahead.Tag, env: AsyncEnvironment, split: str,
                     index: int) -> tuple[AsyncSession, Any]:

@@ -1,8 +1,8 @@
 """Sessions opened ahead. TRL resets a batch's rollouts one after another, each waiting for its session; the batch's
 first reset instead opens every session of the batch whose task it can know, and the resets that follow take them,
-ready or nearly so: a batch pays about one start. With environment-owned data and `open_ahead = "next-step"`, the next step's
-sessions open while this step generates and trains. Never more than a batch is opened ahead; what is not taken is
-closed at the next batch (or close_all/exit) and counted."""
+ready or nearly so: a batch pays about one start. With environment-owned data and `open_ahead = "next-step"`, the
+next step's sessions open too, once this batch's are, while this step resets, generates and trains. What is not
+taken is closed at the next batch of its stream (or close_all/exit) and counted."""
 
 from __future__ import annotations
 
@@ -22,6 +22,11 @@ def drain_all(keep: Tag | None = None) -> list[Opening]:
     return [opening for ahead in _every for opening in ahead.drain(keep)]
 
 
+def openings(tag: Tag) -> list[Opening]:
+    """Every opening waiting for the batch `tag`, in every module."""
+    return [opening for ahead in _every for opening in ahead.waiting_for(tag)]
+
+
 class Ahead:
     def __init__(self) -> None:
         _every.append(self)
@@ -37,6 +42,10 @@ class Ahead:
     def count(self, tag: Tag, key: Hashable) -> int:
         with self.lock:
             return len(self.waiting.get((tag, key), ()))
+
+    def waiting_for(self, tag: Tag) -> list[Opening]:
+        with self.lock:
+            return [o for (t, _), queue in self.waiting.items() if t == tag for o in queue]
 
     def take(self, tag: Tag, key: Hashable) -> Opening | None:
         with self.lock:
