@@ -44,7 +44,10 @@ golden: setup
 	for case in tests/golden/*/; do (cd $$case && ../../../$(PY) -m orsgen); rc=$$?; \
 		[ $$rc -eq 0 ] || { [ $$rc -eq 2 ] && [ $$case = tests/golden/hostile/ ]; } || exit 1; done
 
-# orsgen's adapter against TRL's OpenRewardSpec on one loopback server (a script, not a test; needs matplotlib).
+# orsgen's adapter against TRL's OpenRewardSpec on one loopback server (scripts, not tests; needs matplotlib); then
+# sandboxes that start in 1 s, with the tiny model's step and with a model taking 1 s to generate.
 bench: setup
 	$(PY) -m pip install -q matplotlib
 	$(PY) bench/compare.py --reps 20 --latency-ms 20
+	$(PY) bench/slow_starts.py --runs 2
+	$(PY) bench/slow_starts.py --runs 2 --generate-ms 1000

@@ -359,12 +359,17 @@ def timed_factory(factory: Callable[[], Any], clock: EnvClock) -> Callable[[], A
     return make
 
 
+GENERATE_S = 0.0  # model time per step, spread over its rollouts (bench/slow_starts.py --generate-ms); 0: none
+
+
 def _first_turn(i: int, prompt: str) -> str:
     """The scripted first assistant turn: echo the task's word (the prompt reads "Task N: echo WORD")."""
     import re
 
     from examples import tiny
 
+    if GENERATE_S:  # what a real model's generation takes: the tiny model's is next to nothing
+        time.sleep(GENERATE_S / GRPO_BATCH)
     found = re.search(r"echo (\w+)", prompt)
     assert found, f"no task prompt in the rollout's prompt: {prompt!r}"
     return tiny.call_text("echo", {"text": found.group(1)})

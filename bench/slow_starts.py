@@ -7,8 +7,9 @@ Sides: TRL's `OpenRewardSpec` (its dataset, factory and reward); orsgen with `tr
 first reset opens the whole batch); orsgen with the environment owning the data and `open_ahead="next-step"` (the
 next step's sessions open while this step runs). Per step: the wall time inside `reset()` and the tool, the starts
 paid in line (time inside `reset()` / one start), sessions opened ahead, taken and unused. Medians of steps 2-3 of
-every run (step 1 pays connections, and orsgen's look-ahead has no step before it). Prints one table and writes
-`bench/slow_starts.json`.
+every run (step 1 pays connections, and orsgen's look-ahead has no step before it). `--generate-ms` adds a model's
+generation time to each step (the tiny model's is next to nothing), which the next step's starts can open behind.
+Prints one table and writes it into `bench/slow_starts.json`, under its --generate-ms.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import compare
 from compare import (
     GRPO_BATCH,
     GRPO_GROUP,
@@ -46,8 +48,11 @@ def main() -> None:
     p.add_argument("--runs", type=int, default=2, help="trainings per side (the sides' order rotating)")
     p.add_argument("--start-ms", type=float, default=1000, help="each session's start")
     p.add_argument("--latency-ms", type=float, default=20, help="added to every request")
+    p.add_argument("--generate-ms", type=float, default=0, help="model time per step (the tiny model's is next to "
+                   "nothing; a real model's takes seconds): what the next step's starts can hide behind")
     p.add_argument("--json", type=Path, default=HERE / "slow_starts.json")
     args = p.parse_args()
+    compare.GENERATE_S = args.generate_ms / 1000
     import datasets  # noqa: F401 - one-time imports, paid by any training process: out of the timings
     import openreward  # noqa: F401
     import trl.experimental.openreward  # noqa: F401
@@ -74,15 +79,17 @@ def main() -> None:
     rows = {side: summary(found, args.start_ms) for side, found in steps.items()}
     trl_ms = rows["TRL"]["env_ms"]
     print(f"\nGRPOTrainer, {GRPO_STEPS} steps of {GRPO_BATCH} rollouts in groups of {GRPO_GROUP}, one echo call each; "
-          f"session starts {args.start_ms:g} ms, +{args.latency_ms:g} ms per request; medians of steps 2-3 of "
-          f"{args.runs} runs per side\n")
+          f"session starts {args.start_ms:g} ms, +{args.latency_ms:g} ms per request, model time "
+          f"{args.generate_ms:g} ms per step; medians of steps 2-3 of {args.runs} runs per side\n")
     print("| side | environment ms per step | / TRL | starts in line per step | opened ahead / taken / unused |")
     print("|---|---:|---:|---:|---|")
     for side, row in rows.items():
         ahead = "-" if side == "TRL" else f"{row['opened']:g} / {row['taken']:g} / {row['unused']:g}"
         print(f"| {side} | {row['env_ms']:.0f} | {row['env_ms'] / trl_ms:.3f} | {row['in_line']:.1f} | {ahead} |")
-    args.json.write_text(json.dumps({"start_ms": args.start_ms, "latency_ms": args.latency_ms, "runs": args.runs,
-                                     "rows": rows, "steps": steps}, indent=1) + "\n")
+    found = json.loads(args.json.read_text()) if args.json.exists() else {}
+    found[f"generate_ms={args.generate_ms:g}"] = {"start_ms": args.start_ms, "latency_ms": args.latency_ms,
+                                                  "runs": args.runs, "rows": rows, "steps": steps}
+    args.json.write_text(json.dumps(found, indent=1) + "\n")
     print(f"\nwrote {args.json}")
 
 

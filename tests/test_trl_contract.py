@@ -134,10 +134,12 @@ def test_a_trl_release_outside_the_range_is_named_once(served, trainer, monkeypa
     _, mod = served
     monkeypatch.setattr(boundary, "version", lambda name: "1.99.0")
     monkeypatch.setattr(boundary, "_warned", set())
+    boundary._check_version.cache_clear()  # checked once per process: again, for the release above
     trainer.environments = [mod.Echo() for _ in range(2)]
     with caplog.at_level(logging.WARNING, logger="orsgen"):
         reset_all(trainer, [dict(ROW), dict(ROW)])
         reset_all(trainer, [dict(ROW), dict(ROW)])
+    boundary._check_version.cache_clear()
     lines = [r.getMessage() for r in caplog.records if "outside the range" in r.getMessage()]
     assert len(lines) == 1 and "TRL 1.99.0" in lines[0] and ">=1.13,<1.17" in lines[0], lines
     mod.close_all()

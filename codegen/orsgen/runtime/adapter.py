@@ -90,13 +90,21 @@ async def _look_ahead(plan: list[tuple[Adapter, AsyncEnvironment, str, int, ahea
     await asyncio.gather(*(asyncio.wrap_future(opening) for opening in after), return_exceptions=True)
 
     async def one(adapter: Adapter, env: AsyncEnvironment, split: str, index: int, opening: ahead.Opening) -> None:
+        if opening.cancelled():  # drained before it began (close_all, exit): never opened
+            return
         try:
-            opening.set_result(await adapter._open(env, split, index, retries=0))
+            opened = await adapter._open(env, split, index, retries=0)
         except Exception as exc:  # noqa: BLE001 - left to the reset
-            opening.set_result(None)
+            with contextlib.suppress(concurrent.futures.InvalidStateError):
+                opening.set_result(None)
             if client.status(exc) == 429:
                 trl.once("look-ahead-429", logging.INFO, "orsgen: the environment is at capacity (429): what the "
                          "look-ahead could not open, the resets open in line")
+            return
+        try:
+            opening.set_result(opened)
+        except concurrent.futures.InvalidStateError:  # drained while it opened: nobody will take it
+            await _end(opened[0], None)
 
     await asyncio.gather(*(one(*planned) for planned in plan))
 
@@ -305,10 +313,13 @@ class Adapter:
         for other, split, row, position in self._others(batch, range(len(batch.adapters))):
             env = other._environment()
             index = other._task(env, split, row, here, position, rounds_ahead=1)
-            opening: ahead.Opening = concurrent.futures.Future()
+            opening: ahead.Opening = ahead.Planned()
             other.pinned.ahead.put(tag, other._key(split, index), opening)
             plan.append((other, env, split, index, opening))
-        client.loop().submit(_look_ahead(plan, after))
+        running = client.loop()
+        future = running.submit(_look_ahead(plan, after))
+        running.closing.add(future)  # close_all() and the exit wait for it: what it opens as they drain, it closes
+        future.add_done_callback(running.closing.discard)
 
     async def _take(self, taken: ahead.Opening, tag: ahead.Tag, env: AsyncEnvironment, split: str,
                     index: int) -> tuple[AsyncSession, Any]:

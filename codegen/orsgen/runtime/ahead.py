@@ -17,6 +17,10 @@ Tag = tuple[str, int]  # the batch an opening is for (trl.Batch.tag: stream, fir
 _every: list[Ahead] = []
 
 
+class Planned(concurrent.futures.Future[Any]):
+    """An opening the look-ahead has planned but may not have started: drained, it is cancelled, never opened."""
+
+
 def drain_all(keep: Tag | None = None) -> list[Opening]:
     """What no reset took, in every module (but what was opened for the batch `keep`): the caller closes them."""
     return [opening for ahead in _every for opening in ahead.drain(keep)]
@@ -68,4 +72,7 @@ class Ahead:
             left = [o for (tag, _), queue in self.waiting.items() if stale(tag) for o in queue]
             self.waiting = {k: q for k, q in self.waiting.items() if not stale(k[0])}
             self.unused += len(left)
-            return left
+        for opening in left:
+            if isinstance(opening, Planned):
+                opening.cancel()  # still pending: the look-ahead skips it; already opened: closed by the caller
+        return left

@@ -17,6 +17,7 @@ What is assumed (TRL 1.13 to 1.16, read from their code and tested against the o
 
 from __future__ import annotations
 
+import functools
 import logging
 import sys
 import threading
@@ -117,6 +118,9 @@ def once(key: str, level: int, message: str, *args: Any) -> None:
 
 def place(adapter: Any, row: Mapping[str, Any]) -> Place:
     """Where the rollout of `adapter`, being reset with `row`, sits: read from the trainer on the stack."""
+    known = _same_batch(adapter, row)  # the batch's later resets: no walk over the stack
+    if known is not None:
+        return _read(known[0], adapter, row, [], known[1])
     frame: Any = sys._getframe(1)
     frames: list[Any] = []
     inside: str | None = None
@@ -156,16 +160,39 @@ def _attr(obj: Any, path: str) -> Any:
     return obj
 
 
-def _read(trainer: Any, adapter: Any, row: Mapping[str, Any], frames: list[Any]) -> Place:
+# The batch the last reset was placed in: (the trainer, weakly; id of its environments list; the rows found).
+_last: tuple[weakref.ref[Any], int, list[Mapping[str, Any]]] | None = None
+
+
+def _same_batch(adapter: Any, row: Mapping[str, Any]) -> tuple[Any, list[Mapping[str, Any]]] | None:
+    """(trainer, rows) when this reset belongs to the batch the last one was placed in: the trainer still holds
+    that environments list, this adapter is in it and the rows hold this reset's row at its position."""
+    last = _last
+    trainer = last[0]() if last is not None else None
+    if last is None or trainer is None:
+        return None
+    adapters = getattr(trainer, "environments", None)
+    if not isinstance(adapters, list) or id(adapters) != last[1] or len(adapters) != len(last[2]):
+        return None
+    index = next((i for i, e in enumerate(adapters) if e is adapter), None)
+    if index is None or not _same_row(last[2][index], row):
+        return None
+    return trainer, last[2]
+
+
+def _read(trainer: Any, adapter: Any, row: Mapping[str, Any], frames: list[Any],
+          rows: list[Mapping[str, Any]] | None = None) -> Place:
+    global _last
     where = f"{type(trainer).__name__}"
     missing = [path for path in NEEDS if not _has(trainer, path)]
     if missing:
         return Place(None, where, f"the trainer has no {', '.join(missing)}")
     adapters: list[Any] = trainer.environments
     index = next(i for i, e in enumerate(adapters) if e is adapter)
-    rows = _rows(frames, len(adapters), index, row)
+    rows = rows or _rows(frames, len(adapters), index, row)
     if rows is None:
         return Place(None, where, "the batch's rows are not on the stack")
+    _last = (weakref.ref(trainer), id(adapters), rows)
     training = bool(trainer.model.training)
     group = trainer.num_generations if training else getattr(trainer, "num_generations_eval", trainer.num_generations)
     rank, world = trainer.accelerator.process_index, trainer.accelerator.num_processes
@@ -225,7 +252,9 @@ def _eval_round(trainer: Any, index: int) -> int:
         return max(round_, 0)
 
 
+@functools.cache
 def _check_version() -> None:
+    """Once per process: TRL's version does not change under a running trainer."""
     try:
         found = version("trl")
     except PackageNotFoundError:
