@@ -202,3 +202,16 @@ def test_the_adapters_public_names_are_frozen_for_the_runtime_api():
         n for n in Adapter.__annotations__ if not n.startswith("_")}
     functions = {n for n in names if callable(getattr(Adapter, n, None))}
     assert {"functions": functions, "attributes": names - functions} == PUBLIC_API_1
+
+
+def test_the_declared_range_is_the_one_the_runtime_names():
+    """The `train` extra, the runtime's one-line messages and the version check speak of the same TRL releases."""
+    import tomllib
+
+    from orsgen.runtime import trl as boundary
+
+    from tests.conftest import ROOT
+
+    train = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["train"]
+    assert f"trl{boundary.SUPPORTED}" in train
+    assert [boundary._in_range(v) for v in ("1.12.9", "1.13.0", "1.16.2", "1.17.0")] == [False, True, True, False]

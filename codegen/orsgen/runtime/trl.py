@@ -4,9 +4,9 @@ never look at TRL themselves.
 What is assumed (TRL 1.13 to 1.16, read from their code and tested against the oldest and the newest):
 - GRPOTrainer resets a batch's rollouts one after another on the trainer's thread, from a method of the trainer or
   below one (`_generate_and_score_completions` today; the name is not relied on), after drawing the batch's
-  environments into `trainer.environments`. A rollout's position is the index of its environment in that list (by identity), and the
-  batch's rows are the list of rows on the stack, as long as that list, whose entry at that position is the row the
-  reset received.
+  environments into `trainer.environments`. A rollout's position is the index of its environment in that list (by
+  identity), and the batch's rows are the list of rows on the stack, as long as that list, whose entry at that
+  position is the row the reset received.
 - The trainer attributes in `NEEDS` (public ones of GRPOTrainer and transformers' Trainer): the GRPO group size, the
   rank and world size, the global step, and the schedule that turns steps into generation rounds. Evaluation is
   `trainer.model.training == False`, as TRL itself decides it.
@@ -29,7 +29,6 @@ from typing import Any
 
 log = logging.getLogger("orsgen")
 
-TESTED = ("1.13.0", "1.16.0")  # the oldest and newest TRL releases CI trains with
 SUPPORTED = ">=1.13,<1.17"  # the `train` extra's range
 NEEDS = (
     "environments", "num_generations", "num_iterations", "accelerator.process_index", "accelerator.num_processes",
