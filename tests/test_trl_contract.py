@@ -133,7 +133,6 @@ def test_a_trl_release_outside_the_range_is_named_once(served, trainer, monkeypa
 
     _, mod = served
     monkeypatch.setattr(boundary, "version", lambda name: "1.99.0")
-    monkeypatch.setattr(boundary, "_warned", set())
     boundary._check_version.cache_clear()  # checked once per process: again, for the release above
     trainer.environments = [mod.Echo() for _ in range(2)]
     with caplog.at_level(logging.WARNING, logger="orsgen"):

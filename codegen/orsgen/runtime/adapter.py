@@ -98,7 +98,7 @@ async def _look_ahead(plan: list[tuple[Adapter, AsyncEnvironment, str, int, ahea
             with contextlib.suppress(concurrent.futures.InvalidStateError):
                 opening.set_result(None)
             if client.status(exc) == 429:
-                trl.once("look-ahead-429", logging.INFO, "orsgen: the environment is at capacity (429): what the "
+                client.once("look-ahead-429", logging.INFO, "orsgen: the environment is at capacity (429): what the "
                          "look-ahead could not open, the resets open in line")
             return
         try:
@@ -126,7 +126,7 @@ class Adapter:
     start_retries: ClassVar[int] = 2  # further attempts at a start that failed for a transient reason
     max_start_failures: ClassVar[int] = 8  # tasks in a row that could not start before the run is stopped
     # True: a batch's first reset opens the rest of the batch's sessions (ahead.py); "next-step": with environment-
-    # owned data, the batch's last reset also opens the next step's; False: every reset opens its own.
+    # owned data, it also opens the next step's, once the batch's are open; False: every reset opens its own.
     open_ahead: ClassVar[bool | str] = True
     # Episode state, for reward functions and shaping.
     reward: float | None
@@ -151,8 +151,9 @@ class Adapter:
         self._api_key = api_key
         self._secrets = secrets
         for name in client.replaced_secrets(secrets):
-            log.warning("orsgen: the secret %r is replaced by the openreward SDK with the API key (OPENREWARD_API_KEY "
-                        "or api_key=), so the environment never gets the value given: pass it as api_key= instead", name)
+            client.once(f"secret-{name}", logging.WARNING, "orsgen: the secret %r is replaced by the openreward SDK "
+                        "with the API key (OPENREWARD_API_KEY or api_key=), so the environment never gets the value "
+                        "given: pass it as api_key= instead", name)
         drift = os.environ.get("ORSGEN_DRIFT_CHECK", "1") != "0"
         self._check_drift = drift if check_drift is None else check_drift
         self._env: AsyncEnvironment | None = None
@@ -337,9 +338,9 @@ class Adapter:
     def _notice(self, where: trl.Place) -> None:
         """Say once when open-ahead cannot engage inside a trainer, instead of turning off unseen."""
         if where.inside is not None:
-            trl.once("ahead-off", logging.INFO, "orsgen: open-ahead is off inside %s: %s", where.inside, where.why)
+            client.once("ahead-off", logging.INFO, "orsgen: open-ahead is off inside %s: %s", where.inside, where.why)
         elif where.batch is None and threading.current_thread() is not threading.main_thread():
-            trl.once("ahead-thread", logging.INFO, "orsgen: open-ahead does not engage in thread %r, outside "
+            client.once("ahead-thread", logging.INFO, "orsgen: open-ahead does not engage in thread %r, outside "
                      "GRPOTrainer's batch (AsyncGRPOTrainer overlaps its rollouts itself)",
                      threading.current_thread().name)
 

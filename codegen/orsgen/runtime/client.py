@@ -7,6 +7,7 @@ import asyncio
 import atexit
 import concurrent.futures
 import contextlib
+import logging
 import os
 import threading
 from collections.abc import Callable, Coroutine
@@ -76,15 +77,23 @@ def served(server: str) -> list[str] | None:
     return [str(e) for e in found] if isinstance(found, list) else None
 
 
-_warned_secrets: set[str] = set()
-
-
 def replaced_secrets(secrets: Any) -> list[str]:
-    """Secret names the SDK overwrites with the client's API key (`augment_secrets_with_api_key`), warned about once
-    per process: the environment gets the API key there, not the value given."""
-    names = [n for n in ("api_key", "OPENREWARD_API_KEY") if secrets and n in secrets and n not in _warned_secrets]
-    _warned_secrets.update(names)
-    return names
+    """Secret names the SDK overwrites with the client's API key (`augment_secrets_with_api_key`): the environment
+    gets the API key there, not the value given."""
+    return [n for n in ("api_key", "OPENREWARD_API_KEY") if secrets and n in secrets]
+
+
+_said: set[str] = set()
+_said_lock = threading.Lock()
+
+
+def once(key: str, level: int, message: str, *args: Any) -> None:
+    """Log a line on the `orsgen` logger once per process (notices a training run would otherwise repeat)."""
+    with _said_lock:
+        if key in _said:
+            return
+        _said.add(key)
+    logging.getLogger("orsgen").log(level, message, *args)
 
 
 class Loop:

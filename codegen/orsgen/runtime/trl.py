@@ -29,7 +29,8 @@ from typing import Any
 
 log = logging.getLogger("orsgen")
 
-SUPPORTED = ">=1.13,<1.17"  # the `train` extra's range
+RANGE = ((1, 13), (1, 17))  # (major, minor): the oldest supported release and the first one past the range
+SUPPORTED = f">={RANGE[0][0]}.{RANGE[0][1]},<{RANGE[1][0]}.{RANGE[1][1]}"  # as the `train` extra writes it
 NEEDS = (
     "environments", "num_generations", "num_iterations", "accelerator.process_index", "accelerator.num_processes",
     "state.global_step", "state.max_steps", "args.gradient_accumulation_steps", "args.steps_per_generation",
@@ -101,18 +102,8 @@ def installed() -> str:
         return "TRL not installed"
 
 
-_warned: set[str] = set()
 _eval_rounds: weakref.WeakKeyDictionary[Any, tuple[int, int]] = weakref.WeakKeyDictionary()
 _lock = threading.Lock()
-
-
-def once(key: str, level: int, message: str, *args: Any) -> None:
-    """Log a line once per process (the open-ahead and version notices)."""
-    with _lock:
-        if key in _warned:
-            return
-        _warned.add(key)
-    log.log(level, message, *args)
 
 
 def place(adapter: Any, row: Mapping[str, Any]) -> Place:
@@ -259,9 +250,8 @@ def _check_version() -> None:
     except PackageNotFoundError:
         return
     if not _in_range(found):
-        once("trl-version", logging.WARNING, "orsgen: TRL %s is outside the range orsgen is tested with (%s): the "
-             "batch was read through the trainer attributes it checks, but nothing else of this release is "
-             "known", found, SUPPORTED)
+        log.warning("orsgen: TRL %s is outside the range orsgen is tested with (%s): the batch was read through the "
+                    "trainer attributes it checks, but nothing else of this release is known", found, SUPPORTED)
 
 
 def _in_range(found: str) -> bool:
@@ -269,4 +259,4 @@ def _in_range(found: str) -> bool:
     for piece in found.split(".")[:2]:
         digits = "".join(ch for ch in piece if ch.isdigit())
         parts.append(int(digits or 0))
-    return (1, 13) <= (parts[0], parts[1] if len(parts) > 1 else 0) < (1, 17)
+    return RANGE[0] <= (parts[0], parts[1] if len(parts) > 1 else 0) < RANGE[1]
