@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from orsgen.errors import OrsgenError
-from orsgen.source import Source
+from orsgen.source import Source, read_file
 
 
 @dataclass
@@ -23,13 +23,7 @@ class Pinned:
 
 def read(path: Path) -> Pinned:
     """The snapshot, connection and class name embedded in an orsgen module, read with `ast` only."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise OrsgenError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise OrsgenError(f"{path}: cannot read: {exc}") from None
-    return read_text(text, str(path))
+    return read_text(read_file(path, str(path)), str(path))
 
 
 def read_text(text: str, path: str = "<module>") -> Pinned:

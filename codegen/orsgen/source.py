@@ -74,14 +74,19 @@ def _from_file(target: str, path: Path, env: str | None) -> tuple[Source, dict[s
     return source, _snap(source.env, tools, extra)
 
 
-def read_json(path: Path, target: str) -> Any:
-    """A JSON file, any depth: Python's parser gives up (RecursionError) on a few hundred levels of nesting."""
+def read_file(path: Path, target: str) -> str:
+    """A text file the user named (a tool list, a module), or one line saying why it cannot be read."""
     try:
-        text = path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise OrsgenError(f"{target}: no such file") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise OrsgenError(f"{target}: cannot read: {exc}") from None
+
+
+def read_json(path: Path, target: str) -> Any:
+    """A JSON file, any depth: Python's parser gives up (RecursionError) on a few hundred levels of nesting."""
+    text = read_file(path, target)
     if not text.strip():
         raise OrsgenError(_empty_file(target))
     return normalize.loads(text, target)
