@@ -76,11 +76,3 @@ def generate(tmp_path):
 
     return run
 
-
-@pytest.fixture(autouse=True)
-def _fresh_failure_count():
-    """Start failures in a row are counted per process: each test starts from none, whatever ran before it."""
-    from orsgen.runtime import adapter
-
-    adapter._failures.update(in_a_row=0, last=None)
-    yield

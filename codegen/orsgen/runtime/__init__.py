@@ -8,8 +8,9 @@ regeneration.
 from orsgen import __version__
 from orsgen.runtime.adapter import UNSET, Adapter, close_all
 from orsgen.runtime.errors import DriftError, StartError, ToolError, WrongServer, named
-from orsgen.runtime.pinned import Pinned, one_type
+from orsgen.runtime.pinned import Pinned
 from orsgen.runtime.rewards import finished_reward, outcome_reward, shaped_reward, terminal_reward, total_reward
+from orsgen.runtime.rows import one_type
 
 API = 1  # the contract between generated modules and this runtime; a module written for another API refuses to load
 

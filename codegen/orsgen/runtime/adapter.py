@@ -40,8 +40,6 @@ class _Unset:
 
 UNSET: Any = _Unset()
 _live: weakref.WeakSet[Adapter] = weakref.WeakSet()
-_failures: dict[str, Any] = {"in_a_row": 0, "last": None}  # episodes that could not start, one after another
-_failures_lock = threading.Lock()
 
 
 def close_all() -> None:
@@ -382,20 +380,13 @@ class Adapter:
         return env.session(task=task, secrets=self._secrets)
 
     def _started(self) -> None:
-        with _failures_lock:
-            _failures["in_a_row"], _failures["last"] = 0, None
+        self.pinned.failures.started()
 
     def _start_failed(self, split: str, index: int, exc: BaseException) -> str:
         """Void the episode (or raise, as configured); the prompt the trainer gets for a task that did not start."""
         self.pinned.check_server(self._url, exc)  # a 404 from a server without the environment: WrongServer
         reason = client.describe(exc)
-        with _failures_lock:
-            # In a trainer, the rollouts of a GRPO group reset one after the other on the same task: a task that
-            # fails for all of them counts once, so one broken task does not look like an environment that is down.
-            if _failures["last"] != (split, index) or not self._in_batch:
-                _failures["in_a_row"] += 1
-            _failures["last"] = (split, index)
-            in_a_row = _failures["in_a_row"]
+        in_a_row = self.pinned.failures.failed((split, index), self._in_batch)
         where = f"{type(self).__name__}: task {index} of split {split!r}"
         if client.status(exc) == 429:
             raise StartError(f"{where}: the environment is at capacity after {self.start_retries + 1} attempts "

@@ -13,8 +13,9 @@ from typing import Any
 
 Opening = concurrent.futures.Future[Any]  # resolves to (session, prompt), or to None: "open it in line"
 Tag = tuple[str, int]  # the batch an opening is for (trl.Batch.tag: stream, first position)
-# Every instance, held: what one holds must be closed even when the trainer, its adapters or the module are gone.
-_every: list[Ahead] = []
+# The instances holding openings, held: what one holds must be closed even when the trainer, its adapters or the
+# module are gone; one that holds nothing is dropped, so this never grows beyond the modules in use.
+_holding: set[Ahead] = set()
 
 
 class Planned(concurrent.futures.Future[Any]):
@@ -23,17 +24,16 @@ class Planned(concurrent.futures.Future[Any]):
 
 def drain_all(keep: Tag | None = None) -> list[Opening]:
     """What no reset took, in every module (but what was opened for the batch `keep`): the caller closes them."""
-    return [opening for ahead in _every for opening in ahead.drain(keep)]
+    return [opening for ahead in list(_holding) for opening in ahead.drain(keep)]
 
 
 def openings(tag: Tag) -> list[Opening]:
     """Every opening waiting for the batch `tag`, in every module."""
-    return [opening for ahead in _every for opening in ahead.waiting_for(tag)]
+    return [opening for ahead in list(_holding) for opening in ahead.waiting_for(tag)]
 
 
 class Ahead:
     def __init__(self) -> None:
-        _every.append(self)
         self.lock = threading.Lock()
         self.waiting: dict[tuple[Tag, Hashable], list[Opening]] = {}
         self.opened = self.taken = self.unused = 0  # counts, for the metrics, the benchmark and the tests
@@ -42,6 +42,7 @@ class Ahead:
         with self.lock:
             self.waiting.setdefault((tag, key), []).append(opening)
             self.opened += 1
+            _holding.add(self)
 
     def count(self, tag: Tag, key: Hashable) -> int:
         with self.lock:
@@ -60,6 +61,7 @@ class Ahead:
             opening = queue.pop(0)
             if not queue:
                 del self.waiting[(tag, key)]
+                self._held()
             return opening
 
     def drain(self, keep: Tag | None = None) -> list[Opening]:
@@ -72,7 +74,12 @@ class Ahead:
             left = [o for (tag, _), queue in self.waiting.items() if stale(tag) for o in queue]
             self.waiting = {k: q for k, q in self.waiting.items() if not stale(k[0])}
             self.unused += len(left)
+            self._held()
         for opening in left:
             if isinstance(opening, Planned):
                 opening.cancel()  # still pending: the look-ahead skips it; already opened: closed by the caller
         return left
+
+    def _held(self) -> None:  # under self.lock
+        if not self.waiting:
+            _holding.discard(self)

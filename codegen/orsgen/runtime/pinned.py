@@ -1,5 +1,6 @@
 """What a generated module pinned about its environment (connection, snapshot, task list) and what is derived from
-it once per process: the drift check, split sizes, the task order and the dataset."""
+it once per process: the drift check, split sizes, the task order, the start failures in a row. The dataset's rows
+are read by `rows`."""
 
 from __future__ import annotations
 
@@ -7,12 +8,12 @@ import asyncio
 import json
 import logging
 import os
+import threading
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from orsgen.runtime import bounds, client
+from orsgen.runtime import bounds, client, rows
 from orsgen.runtime.ahead import Ahead
 from orsgen.runtime.errors import DriftError, WrongServer
 from orsgen.runtime.tasks import Order
@@ -23,8 +24,27 @@ if TYPE_CHECKING:
     import datasets
     from openreward.api.environments.client import AsyncEnvironment
 
-RESERVED_COLUMNS = ("prompt", "task_index", "split", "environment", "task_prompt")
-CHUNK = 1024  # tasks per request when a split is large enough for a progress bar
+class InARow:
+    """Episodes of one environment that could not start, one after another; a start that succeeds ends the run."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.count = 0
+        self.last: tuple[str, int] | None = None
+
+    def started(self) -> None:
+        with self.lock:
+            self.count, self.last = 0, None
+
+    def failed(self, task: tuple[str, int], in_batch: bool) -> int:
+        """Count a task that could not start; the failures in a row so far. In a trainer, the rollouts of a GRPO
+        group reset one after the other on the same task: a task that fails for all of them counts once, so one
+        broken task does not look like an environment that is down."""
+        with self.lock:
+            if self.last != task or not in_batch:
+                self.count += 1
+            self.last = task
+            return self.count
 
 
 @dataclass(eq=False)
@@ -51,6 +71,7 @@ class Pinned:
     _drift_lock: asyncio.Lock | None = field(default=None, repr=False)  # made on the runtime's loop
     order: Order = field(default_factory=Order, repr=False)
     ahead: Ahead = field(default_factory=Ahead, repr=False)
+    failures: InARow = field(default_factory=InARow, repr=False)  # start failures in a row, of this environment
 
     def server(self, url: str | None) -> str | None:
         """The session server: the adapter's, else OPENREWARD_SESSION_URL, else the pinned one (None: the SDK's)."""
@@ -108,7 +129,7 @@ class Pinned:
             self._sizes[key] = int(client.loop().run(env.num_tasks(split), "reset"))
         return self._sizes[key]
 
-    def _pinned_tasks(self) -> dict[str, list[Any]] | None:
+    def pinned_tasks(self) -> dict[str, list[Any]] | None:
         """The task list written by --pin-tasks beside the module, read once; None when there is none."""
         if self._tasks is None and self.tasks_file and os.path.exists(self.tasks_file):
             with open(self.tasks_file, encoding="utf-8") as f:
@@ -117,7 +138,7 @@ class Pinned:
 
     def pinned_spec(self, split: str, index: int) -> Any | None:
         """The pinned spec of a task: sessions open on it, so a row's metadata and its episode always agree."""
-        splits = self._pinned_tasks()
+        splits = self.pinned_tasks()
         if splits is None or split not in splits or not 0 <= index < len(splits[split]):
             return None
         return splits[split][index]
@@ -133,47 +154,6 @@ class Pinned:
             log.warning("orsgen: %s was generated against build %s of %s, the server now runs %s: the tools are "
                         "checked, but tasks, prompts or rewards may have changed", self.module, self.build,
                         self.target, live)
-
-    def task_specs(self, split: str, start: int, stop: int | None, url: str | None, api_key: str | None) -> list[Any]:
-        """Task specs start..stop of a split: from the pinned file, else by task ranges (never one request per task)."""
-        splits = self._pinned_tasks()
-        if splits is not None:
-            if split not in splits:
-                raise ValueError(f"dataset(): split {split!r} is not in {self.tasks_file} (it has {sorted(splits)})")
-            return list(splits[split][start:stop])
-        env = self.environment(url, api_key)
-        run = client.loop().run
-        if stop is None or stop - start <= CHUNK:
-            return [task.task_spec for task in run(env.get_task_range(split, start, stop), "reset")]
-        from tqdm.auto import tqdm
-
-        specs: list[Any] = []
-        with tqdm(total=stop - start, desc=f"tasks of {split}", unit="task") as bar:
-            for lo in range(start, stop, CHUNK):
-                chunk = run(env.get_task_range(split, lo, min(lo + CHUNK, stop)), "reset")
-                specs += [task.task_spec for task in chunk]
-                bar.update(len(chunk))
-                if len(chunk) < min(CHUNK, stop - lo):
-                    break
-        return specs
-
-    def prompts(self, split: str, indices: list[int], url: str | None, api_key: str | None) -> list[str]:
-        """Each task's prompt text, read in short sessions, 8 at a time."""
-        from orsgen.runtime.adapter import Adapter
-
-        class Reader(Adapter):
-            pinned = self
-            start_failures = "raise"
-
-        def read(index: int) -> str:
-            adapter = Reader(url=url, split=split, api_key=api_key, check_drift=False)
-            try:
-                return str(adapter.reset(task_index=index))
-            finally:
-                adapter._close(wait=True)
-
-        with ThreadPoolExecutor(max_workers=8) as pool:
-            return list(pool.map(read, indices))
 
     def dataset(
         self,
@@ -198,7 +178,7 @@ class Pinned:
         """
         split = split or self.split
         pinned = self.splits()
-        if pinned and split not in pinned and self._pinned_tasks() is None:
+        if pinned and split not in pinned and self.pinned_tasks() is None:
             raise ValueError(f"dataset(): {self.env or self.deployment} has no split {split!r}: {self.module} pinned "
                              f"{', '.join(map(repr, pinned))}")
         if num_tasks is not None and indices is not None:
@@ -206,50 +186,10 @@ class Pinned:
         if num_tasks is not None and num_tasks < 0:
             raise ValueError(f"dataset(): num_tasks must be >= 0, got {num_tasks}")
         try:
-            return self._dataset(split, num_tasks, indices, include_metadata, prompts, url, api_key)
+            return rows.dataset(self, split, num_tasks, indices, include_metadata, prompts, url, api_key)
         except Exception as exc:
             self.check_server(url, exc)
             raise
-
-    def _dataset(self, split: str, num_tasks: int | None, indices: Sequence[int] | None, include_metadata: bool,
-                 prompts: bool, url: str | None, api_key: str | None) -> datasets.Dataset:
-        from datasets import Dataset
-
-        if indices is None:
-            tasks = self.task_specs(split, 0, num_tasks, url, api_key)
-            if num_tasks is not None and len(tasks) < num_tasks:
-                raise ValueError(f"dataset(): split {split!r} has {len(tasks)} tasks, {num_tasks} were asked for")
-            chosen = list(enumerate(tasks))
-        else:
-            wanted = [int(i) for i in indices]
-            if not wanted or min(wanted) < 0:
-                raise ValueError(f"dataset(): indices must be a non-empty list of indices >= 0, got {list(indices)}")
-            start = min(wanted)
-            tasks = self.task_specs(split, start, max(wanted) + 1, url, api_key)
-            if max(wanted) >= start + len(tasks):
-                raise ValueError(f"dataset(): index {max(wanted)} is out of range: split {split!r} has fewer tasks")
-            chosen = [(i, tasks[i - start]) for i in wanted]
-        specs = [spec if include_metadata and isinstance(spec, dict) else {} for _, spec in chosen]
-        columns: dict[str, list[Any]] = {
-            "prompt": [[{"role": "user", "content": ""}] for _ in chosen],
-            "task_index": [i for i, _ in chosen],
-            "split": [split for _ in chosen],
-        }
-        if self.task_classes and split == self.task_tools_split:  # task-specific tools: route each row to its class
-            columns["environment"] = [self.task_classes.get(i, self.default_class) for i, _ in chosen]
-        if prompts:
-            columns["task_prompt"] = self.prompts(split, [i for i, _ in chosen], url, api_key)
-        for key in sorted({k for spec in specs for k in spec} - set(RESERVED_COLUMNS)):
-            columns[key] = one_type([spec.get(key) for spec in specs])
-        return Dataset.from_dict(columns)
-
-
-def one_type(values: list[Any]) -> list[Any]:
-    """A column Arrow can hold: values of mixed or nested types are JSON-encoded (None stays None)."""
-    kinds = {type(v) for v in values if v is not None}
-    if len(kinds) > 1 or not kinds <= {str, int, float, bool}:
-        return [v if v is None or isinstance(v, str) else json.dumps(v, sort_keys=True) for v in values]
-    return values
 
 
 def canonical(node: Any, keep_order: bool = False) -> Any:

@@ -1,0 +1,105 @@
+"""A split's tasks as dataset rows (`Pinned.dataset`): task specs from the pinned file or by task ranges, prompts
+read in short sessions, columns Arrow can hold."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
+
+from orsgen.runtime import client
+from orsgen.runtime.adapter import Adapter
+
+if TYPE_CHECKING:
+    import datasets
+
+    from orsgen.runtime.pinned import Pinned
+
+RESERVED_COLUMNS = ("prompt", "task_index", "split", "environment", "task_prompt")
+CHUNK = 1024  # tasks per request when a split is large enough for a progress bar
+
+
+def dataset(pinned: Pinned, split: str, num_tasks: int | None, indices: Sequence[int] | None,
+            include_metadata: bool, prompts: bool, url: str | None, api_key: str | None) -> datasets.Dataset:
+    """The rows of `Pinned.dataset`, whose arguments it has checked."""
+    from datasets import Dataset
+
+    if indices is None:
+        tasks = task_specs(pinned, split, 0, num_tasks, url, api_key)
+        if num_tasks is not None and len(tasks) < num_tasks:
+            raise ValueError(f"dataset(): split {split!r} has {len(tasks)} tasks, {num_tasks} were asked for")
+        chosen = list(enumerate(tasks))
+    else:
+        wanted = [int(i) for i in indices]
+        if not wanted or min(wanted) < 0:
+            raise ValueError(f"dataset(): indices must be a non-empty list of indices >= 0, got {list(indices)}")
+        start = min(wanted)
+        tasks = task_specs(pinned, split, start, max(wanted) + 1, url, api_key)
+        if max(wanted) >= start + len(tasks):
+            raise ValueError(f"dataset(): index {max(wanted)} is out of range: split {split!r} has fewer tasks")
+        chosen = [(i, tasks[i - start]) for i in wanted]
+    specs = [spec if include_metadata and isinstance(spec, dict) else {} for _, spec in chosen]
+    columns: dict[str, list[Any]] = {
+        "prompt": [[{"role": "user", "content": ""}] for _ in chosen],
+        "task_index": [i for i, _ in chosen],
+        "split": [split for _ in chosen],
+    }
+    if pinned.task_classes and split == pinned.task_tools_split:  # task-specific tools: route each row to its class
+        columns["environment"] = [pinned.task_classes.get(i, pinned.default_class) for i, _ in chosen]
+    if prompts:
+        columns["task_prompt"] = read_prompts(pinned, split, [i for i, _ in chosen], url, api_key)
+    for key in sorted({k for spec in specs for k in spec} - set(RESERVED_COLUMNS)):
+        columns[key] = one_type([spec.get(key) for spec in specs])
+    return Dataset.from_dict(columns)
+
+
+def task_specs(pinned: Pinned, split: str, start: int, stop: int | None, url: str | None,
+               api_key: str | None) -> list[Any]:
+    """Task specs start..stop of a split: from the pinned file, else by task ranges (never one request per task)."""
+    splits = pinned.pinned_tasks()
+    if splits is not None:
+        if split not in splits:
+            raise ValueError(f"dataset(): split {split!r} is not in {pinned.tasks_file} (it has {sorted(splits)})")
+        return list(splits[split][start:stop])
+    env = pinned.environment(url, api_key)
+    run = client.loop().run
+    if stop is None or stop - start <= CHUNK:
+        return [task.task_spec for task in run(env.get_task_range(split, start, stop), "reset")]
+    from tqdm.auto import tqdm
+
+    specs: list[Any] = []
+    with tqdm(total=stop - start, desc=f"tasks of {split}", unit="task") as bar:
+        for lo in range(start, stop, CHUNK):
+            chunk = run(env.get_task_range(split, lo, min(lo + CHUNK, stop)), "reset")
+            specs += [task.task_spec for task in chunk]
+            bar.update(len(chunk))
+            if len(chunk) < min(CHUNK, stop - lo):
+                break
+    return specs
+
+
+def read_prompts(pinned: Pinned, split: str, indices: list[int], url: str | None, api_key: str | None) -> list[str]:
+    """Each task's prompt text, read in short sessions, 8 at a time."""
+    class Reader(Adapter):
+        start_failures = "raise"
+
+    Reader.pinned = pinned
+
+    def read(index: int) -> str:
+        adapter = Reader(url=url, split=split, api_key=api_key, check_drift=False)
+        try:
+            return str(adapter.reset(task_index=index))
+        finally:
+            adapter._close(wait=True)
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        return list(pool.map(read, indices))
+
+
+def one_type(values: list[Any]) -> list[Any]:
+    """A column Arrow can hold: values of mixed or nested types are JSON-encoded (None stays None)."""
+    kinds = {type(v) for v in values if v is not None}
+    if len(kinds) > 1 or not kinds <= {str, int, float, bool}:
+        return [v if v is None or isinstance(v, str) else json.dumps(v, sort_keys=True) for v in values]
+    return values
