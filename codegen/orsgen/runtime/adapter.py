@@ -191,21 +191,23 @@ class Adapter:
         prompt is returned at once and the session opens in the background; the first tool call waits for it. A live
         prompt that differs voids the episode (``prompt_mismatch`` then holds it).
         """
-        self._close()
+        previous, self._session, self._opening = (self._session, self._opening), None, None
         self.reward, self.rewards, self.metadata, self.finished, self.last_output = None, [], None, False, None
         self._reward_claimed, self.prompt_mismatch, self._void, self._expected = False, None, None, None
         split = self._episode_split = row.get("split") or self._split
-        env = self._environment()
-        where = trl.place(self, row)
-        self._in_batch = where.batch is not None
-        index = self._task(env, split, row, where)
-        self.task_index = index
-        loop = client.loop()
-        taken = self._ahead(where.batch, split, index) if self._opens_ahead() else None
-        if taken is None:
-            self._notice(where)
-        future = loop.submit(self._open(env, split, index) if taken is None or where.batch is None
-                             else self._take(taken, where.batch.tag, env, split, index))
+        try:
+            env = self._environment()
+            where = trl.place(self, row)
+            self._in_batch = where.batch is not None
+            index = self.task_index = self._task(env, split, row, where)
+            taken = self._ahead(where.batch, env, split, index) if self._opens_ahead() else None
+            if taken is None:
+                self._notice(where)
+            future = client.loop().submit(self._open(env, split, index) if taken is None or where.batch is None
+                                          else self._take(taken, where.batch.tag, env, split, index))
+        finally:  # the previous session is closed once this one's start is on its way: it never waits for a close
+            if previous != (None, None):
+                _end_in_background(*previous)
         if self.open_in_background and isinstance(row.get("task_prompt"), str):
             self._expected = row["task_prompt"]
             self._opening = future
@@ -263,21 +265,23 @@ class Adapter:
     def _key(self, split: str, index: int) -> tuple[Any, ...]:
         return self._url, self._api_key, id(self._secrets), split, index
 
-    def _ahead(self, batch: trl.Batch | None, split: str, index: int) -> ahead.Opening | None:
-        """The session opened ahead for this reset, if any. The batch's first reset opens the others' sessions and
-        (with open_ahead = "next-step") the next step's."""
+    def _ahead(self, batch: trl.Batch | None, env: AsyncEnvironment, split: str, index: int) -> ahead.Opening | None:
+        """The session opened ahead for this reset, if any. The batch's first reset opens its own session, then the
+        others' and (with open_ahead = "next-step") the next step's, then closes what earlier batches left."""
         if batch is None:
             return None
         ours = [isinstance(a, Adapter) for a in batch.adapters]
-        first = not any(ours[:batch.index])
-        if first:  # the batch's first reset: what earlier batches left is closed and counted
-            for left in ahead.drain_all(keep=batch.tag):
-                _end_in_background(None, left)
         taken = self.pinned.ahead.take(batch.tag, self._key(split, index))
-        if first:
-            self._open_batch(batch)
-            if batch.more and self._looks_ahead():  # once this batch's sessions are open: they never compete
-                self._open_next(batch, after=[*([taken] if taken else []), *ahead.openings(batch.tag)])
+        if any(ours[:batch.index]):
+            return taken
+        stale = ahead.drain_all(keep=batch.tag)  # counted now, closed last: the batch's starts go first
+        if taken is None:  # the one start this batch waits for, sent before the others
+            taken = client.loop().submit(self._open(env, split, index))
+        self._open_batch(batch)
+        if batch.more and self._looks_ahead():  # once this batch's sessions are open: they never compete
+            self._open_next(batch, after=[taken, *ahead.openings(batch.tag)])
+        for left in stale:
+            _end_in_background(None, left)
         return taken
 
     def _others(self, batch: trl.Batch, positions: range) -> list[tuple[Adapter, str, Mapping[str, Any], int]]:
