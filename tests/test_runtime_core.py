@@ -4,13 +4,14 @@ process-wide that grows with every module or trainer a process has seen."""
 import ast
 import concurrent.futures
 import gc
+import threading
 import weakref
 from pathlib import Path
 
 import pytest
 
 from examples import serve
-from tests.conftest import load, orsgen
+from tests.conftest import load, orsgen, settle
 from tests.envs.flaky import BROKEN, NORMAL
 
 RUNTIME = Path(__file__).resolve().parent.parent / "codegen" / "orsgen" / "runtime"
@@ -55,20 +56,20 @@ def test_the_runtime_modules_import_each_other_without_a_cycle():
 
 @pytest.fixture(scope="module")
 def two_environments(tmp_path_factory, echo_server):
-    """(flaky module, echo module): two environments in one process."""
-    with serve.running("tests.envs.flaky:Flaky") as flaky_server:
+    """(flaky module, echo module, flaky's server): two environments in one process."""
+    with serve.running("tests.envs.flaky:Flaky", env={"ORSGEN_COUNT_REQUESTS": "1"}) as flaky_server:
         modules = []
         for target, stem in ((flaky_server.url, "flaky_core"), (echo_server.url, "echo_core")):
             out = tmp_path_factory.mktemp(stem) / f"{stem}.py"
             made = orsgen(target, "-o", str(out))
             assert made.returncode == 0, made.stderr
             modules.append(load(out))
-        yield tuple(modules)
+        yield (*modules, flaky_server)
         modules[0].close_all()
 
 
 def test_start_failures_in_a_row_are_counted_per_environment(two_environments):
-    flaky, echo = two_environments
+    flaky, echo, _ = two_environments
 
     class Twice(flaky.Flaky):
         max_start_failures, start_retries = 2, 0
@@ -101,3 +102,24 @@ def test_sessions_opened_ahead_are_held_only_while_something_waits():
     del holder
     gc.collect()
     assert gone() is None  # nothing process-wide keeps an Ahead that holds nothing
+
+
+def test_a_refused_reset_still_closes_the_previous_episode(two_environments):
+    flaky, _, server = two_environments
+    env = flaky.Flaky()
+    env.reset(task_index=NORMAL)
+    assert len(server.open_sessions()) == 1
+    refused: list[BaseException] = []
+
+    def outside_any_trainer() -> None:
+        try:
+            env.reset()  # no task_index on a thread outside any trainer: refused
+        except RuntimeError as exc:
+            refused.append(exc)
+
+    thread = threading.Thread(target=outside_any_trainer)
+    thread.start()
+    thread.join()
+    assert len(refused) == 1 and "\n" not in str(refused[0])
+    settle()
+    assert server.open_sessions() == []  # the refusal did not keep the episode before it open
