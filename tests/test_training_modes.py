@@ -4,6 +4,7 @@ refusal of a reset without task_index from a thread outside the trainer (AsyncGR
 
 import concurrent.futures
 import json
+import os
 import subprocess
 import sys
 
@@ -99,16 +100,18 @@ def test_groups_share_a_task_after_a_stray_reset(counted, module_path, tmp_path)
     assert counted.open_sessions() == []
 
 
-def test_two_ranks_agree_on_the_task_of_a_group_that_spans_them(counted, module_path, tmp_path):
+@pytest.mark.parametrize("open_ahead", ["1", "next-step"])
+def test_two_ranks_agree_on_the_task_of_a_group_that_spans_them(counted, module_path, tmp_path, open_ahead):
     """per-device batch 3, num_generations 2: the global batch of 6 is rank 0's 3 then rank 1's 3, grouped in pairs,
-    so the middle group has one rollout on each rank."""
+    so the middle group has one rollout on each rank. Opened ahead (this batch's sessions, or the next step's too),
+    each rank opens only its own: every session the server opened is one a reset took, on its task."""
     steps, per_device, generations, world = 2, 3, 2, 2
     before = len(counted.creates())
     run = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(world), "--master_addr", "127.0.0.1",
          "--master_port", str(serve.free_port()), "-m", "tests.harness.owned_data", str(module_path),
          str(tmp_path / "out"), str(steps), str(per_device), str(generations)],
-        check=False, capture_output=True, text=True, timeout=600,
+        check=False, capture_output=True, text=True, timeout=600, env={**os.environ, "ORSGEN_OPEN_AHEAD": open_ahead},
     )
     assert run.returncode == 0, run.stderr[-3000:]
     lines = [json.loads(line) for line in run.stdout.splitlines() if line.startswith(("{\"reset\"", "{\"rank\""))]
@@ -117,6 +120,9 @@ def test_two_ranks_agree_on_the_task_of_a_group_that_spans_them(counted, module_
     assert [r["rank"] for r in reports] == list(range(world))
     assert all(r["steps"] == steps and r["resets"] == steps * per_device and r["open_sessions"] == 0
                for r in reports), reports
+    # Each rank opens ahead its own batch's sessions but the first (and, looking ahead, all of the next step's).
+    ahead = steps * (per_device - 1) if open_ahead == "1" else (per_device - 1) + (steps - 1) * per_device
+    assert all(r["ahead"] == {"opened": ahead, "taken": ahead, "unused": 0} for r in reports), reports
 
     where = {(r["step"], r["rank"], r["position"]): r["task_index"] for r in resets}
     assert len(where) == len(resets) == steps * world * per_device  # each (step, rank, position) reset once

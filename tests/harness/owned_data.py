@@ -97,7 +97,9 @@ def main(module_path: str, out_dir: str, steps: str, per_device: str, num_genera
 
     live = [a for a in list(adapter._live) if a._session is not None or a._opening is not None]
     print(json.dumps({"rank": int(os.environ.get("RANK", "0")), "open_sessions": len(live),
-                      "steps": run.state.global_step, "resets": len(env_class.resets)}), flush=True)
+                      "steps": run.state.global_step, "resets": len(env_class.resets),
+                      "ahead": {k: getattr(module.PINNED.ahead, k) for k in ("opened", "taken", "unused")}}),
+          flush=True)
 
 
 if __name__ == "__main__":
