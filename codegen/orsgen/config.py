@@ -146,6 +146,11 @@ def command(options: dict[str, Any], output: str) -> str:
     return shlex.join([*words, "-o", output])  # quoted: a path may hold a space
 
 
+def in_order(options: dict[str, Any]) -> dict[str, Any]:
+    """Recorded options in the order the module writes them: the target, then OPTIONS' order."""
+    return {k: options[k] for k in ("target", *(o.name for o in OPTIONS)) if k in options}
+
+
 def from_command(line: str) -> dict[str, Any]:
     """The options of a header's regenerate command: how modules written before `ORSGEN_OPTIONS` record them."""
     words = shlex.split(line)[1:]

@@ -1,4 +1,5 @@
-"""Read what a generated module pinned, and say how two snapshots differ. Nothing here imports or runs the module."""
+"""Read what a generated module pinned (connection, snapshot, class, the options it recorded in `ORSGEN_OPTIONS`),
+and say how two snapshots differ. Nothing here imports or runs the module."""
 
 import ast
 import contextlib

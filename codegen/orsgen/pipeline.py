@@ -23,7 +23,7 @@ from typing import Any
 import black
 import jinja2
 
-from orsgen import check, model, normalize, pin, render, report, write
+from orsgen import check, config, model, normalize, pin, render, report, write
 from orsgen.builtin import templates
 from orsgen.config import Job, project_root
 from orsgen.errors import OrsgenError
@@ -109,7 +109,7 @@ def snapshot(job: Job) -> tuple[Source, dict[str, Any], Job]:
             options["async-tools"] = True
         return pinned.source, pinned.snapshot, replace(job, class_name=job.class_name or pinned.class_name,
                                                        templates=templates, async_tools=async_tools,
-                                                       recorded=options)
+                                                       recorded=config.in_order(options))
     if job.offline:  # what this orsgen makes of the module's own snapshot: catches hand edits and generator drift
         pinned = pin.read(job.output)
         return _as_named(job, pinned.source), pinned.snapshot, replace(job, class_name=job.class_name

@@ -1,6 +1,9 @@
 """The intermediate model: tool specs -> `Adapter(Tool(Param))`. All naming and typing decisions live here.
 
-A tool whose schema is broken becomes a warning; the rest of the module still generates.
+Each argument's schema is read once, into a type node (`typemap`): the node gives the signature's annotation, its
+TypedDicts (`typeddicts`), the `typing` imports and the facts `--report` compares; the argument's text and what is
+lost (`lost`) are made in the same pass. The templates and the report read this model, never the raw schema. A tool
+whose schema is broken becomes a warning; the rest of the module still generates.
 """
 
 from dataclasses import dataclass, field, replace
