@@ -90,7 +90,7 @@ def structured() -> list[tuple[str, dict[str, Any], list[str]]]:
             if not isinstance(schema, dict) or not isinstance(schema.get("properties"), dict):
                 continue
             converter = Converter(root=schema)
-            wanted = [k for k, v in schema["properties"].items() if converter.convert(v, []).structured()]
+            wanted = [k for k, v in schema["properties"].items() if converter.convert(v).structured()]
             if wanted:
                 cases.append((f"{name}:{tool['name']}", schema, wanted))
     return cases
@@ -107,7 +107,7 @@ def test_there_are_cases():
 def test_our_typeddicts_have_dmcgs_shapes(schema, wanted):
     classes = typeddicts.Classes("T", set())
     converter = Converter(root=schema)
-    ours = {wire: classes.annotation(converter.convert(schema["properties"][wire], []), wire) for wire in wanted}
+    ours = {wire: classes.annotation(converter.convert(schema["properties"][wire]), wire) for wire in wanted}
     our_defs = definitions("\n".join(classes.sources))
     theirs = definitions(dmcg(schema, "TArgs"))
     for wire in wanted:

@@ -201,9 +201,9 @@ def _tool(spec: dict[str, Any], taken: set[str], prefixes: set[str]) -> Tool:
     described: dict[str, str] = {}  # an object's fields, as described in the text -> the argument that has them
     cut_types: list[str] = []  # arguments whose types nest past MAX_TYPE_DEPTH
     for wire_param, prop in props.items():
-        notes: list[str] = []
         cuts = converter.cuts
-        node = converter.convert(prop, notes)
+        node = converter.convert(prop)
+        notes = node.text()
         if converter.cuts > cuts:
             cut_types.append(wire_param)
         resolved, _ = converter.resolve(prop, ())

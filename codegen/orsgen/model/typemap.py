@@ -4,14 +4,14 @@ A node spells the method's annotation (`signature()`), the annotation type check
 a TypedDict class, see `typeddicts`), the `typing` names it imports and the facts the report compares (`facts()`).
 Annotations are limited to what `transformers.utils.get_json_schema` can turn back into JSON Schema (TRL shows the
 model that, not the server's schema): scalars, `Literal`, `X | None`, unions, `list[T]`, `tuple[A, B]` and
-`dict[str, T]`. Whatever an annotation cannot carry (defaults, constraints, formats, nested object fields) is
-returned as notes, which end up in the argument's description. A new construct is one node class here, plus the
+`dict[str, T]`. Whatever an annotation cannot carry (constraints, formats, choices, nested object fields) the node
+says in `text()`, which ends up in the argument's description. A new construct is one node class here, plus the
 branch of `Converter.convert` that makes it, plus its golden case.
 """
 
 import json
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol, cast
 
 CONSTRAINTS = (
     "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf",
@@ -41,6 +41,18 @@ class Node:
 
     def facts(self) -> "Facts":
         return Facts()
+
+    said: tuple[str, ...] = ()  # what the schema said at this level that no annotation can: "minimum: 0", ...
+
+    def text(self) -> list[str]:
+        """What the argument's description says of this value: this level's constraints, its parts', its own."""
+        return [*self.said, *self.inner_text(), *self.own_text()]
+
+    def inner_text(self) -> list[str]:
+        return []
+
+    def own_text(self) -> list[str]:
+        return []
 
     def annotation(self) -> str:
         return self.signature().spell()
@@ -90,6 +102,7 @@ class Facts:
 @dataclass(frozen=True)
 class Scalar(Node):
     name: str  # str, int, float, bool, None
+    said: tuple[str, ...] = field(default=(), compare=False)
 
     def spell(self) -> str:
         return self.name
@@ -103,6 +116,8 @@ class Scalar(Node):
 
 @dataclass(frozen=True)
 class AnyType(Node):
+    said: tuple[str, ...] = field(default=(), compare=False)
+
     def spell(self) -> str:
         return "Any"
 
@@ -113,6 +128,7 @@ class AnyType(Node):
 @dataclass(frozen=True)
 class LiteralType(Node):
     values: tuple[Any, ...]  # str, int, bool or None only: what `Literal` may hold
+    said: tuple[str, ...] = field(default=(), compare=False)
 
     def spell(self) -> str:
         return "Literal[" + ", ".join(repr(v) for v in self.values) + "]"
@@ -133,9 +149,13 @@ class Choices(Node):
 
     kind: Node  # a Scalar, or Any
     values: tuple[Any, ...]
+    said: tuple[str, ...] = field(default=(), compare=False)
 
     def signature(self) -> Node:
         return self.kind
+
+    def own_text(self) -> list[str]:
+        return [f"one of: {_compact(list(self.values))}"]
 
     def facts(self) -> Facts:
         return Facts(enum=self.values)
@@ -144,9 +164,17 @@ class Choices(Node):
 @dataclass(frozen=True)
 class ListType(Node):
     item: Node
+    in_order: str | None = field(default=None, compare=False)  # prefixItems no tuple can spell, as text
+    said: tuple[str, ...] = field(default=(), compare=False)
 
     def signature(self) -> Node:
         return ListType(_element(self.item.signature()))
+
+    def inner_text(self) -> list[str]:
+        return self.item.text()
+
+    def own_text(self) -> list[str]:
+        return [f"items in order: {self.in_order}"] if self.in_order is not None else []
 
     def hint(self, classes: Classes, name: str) -> Node:
         return ListType(_element(self.item.hint(classes, _singular(name))))
@@ -168,9 +196,13 @@ class ListType(Node):
 @dataclass(frozen=True)
 class TupleType(Node):
     items: tuple[Node, ...]  # two or more: get_json_schema rejects tuple[A]
+    said: tuple[str, ...] = field(default=(), compare=False)
 
     def signature(self) -> Node:
         return TupleType(tuple(_element(i.signature()) for i in self.items))
+
+    def inner_text(self) -> list[str]:
+        return [note for i in self.items for note in i.text()]
 
     def hint(self, classes: Classes, name: str) -> Node:
         return TupleType(tuple(_element(i.hint(classes, _singular(name))) for i in self.items))
@@ -192,9 +224,13 @@ class TupleType(Node):
 class DictType(Node):
     value: Node
     fields: bool = False  # an object with properties, shown to the model as text
+    said: tuple[str, ...] = field(default=(), compare=False)
 
     def signature(self) -> Node:
         return DictType(_element(self.value.signature()), self.fields)
+
+    def inner_text(self) -> list[str]:
+        return self.value.text()
 
     def hint(self, classes: Classes, name: str) -> Node:
         return DictType(_element(self.value.hint(classes, name)), self.fields)
@@ -227,19 +263,20 @@ class ObjectType(Node):
     fields: tuple[Field, ...]
     key: str  # the $ref it came from, or its schema's JSON: one class per key
     title: str  # names the class: its title, else its $ref's last part, else the argument or field
-    text: str  # the fields as the argument's text shows them
+    shown: str  # the fields as the argument's text shows them (theirs whole: no text of their own)
+    said: tuple[str, ...] = field(default=(), compare=False)
 
     def signature(self) -> Node:
         return DictType(AnyType(), fields=True)
+
+    def own_text(self) -> list[str]:
+        return [f"object: {self.shown}"]
 
     def hint(self, classes: Classes, name: str) -> Node:
         return classes.define(self, name)
 
     def facts(self) -> Facts:
         return Facts(types=frozenset({"object"}))
-
-    def note(self) -> str:
-        return f"object: {self.text}"
 
 
 @dataclass(frozen=True)
@@ -292,9 +329,17 @@ class Alternatives(Node):
 
     members: tuple[Node, ...]
     branches: bool = True  # anyOf/oneOf; False: `"type": [...]`, which declares its types at this level
+    exactly_one: bool = False  # oneOf of two or more non-null alternatives: the text says so
+    said: tuple[str, ...] = field(default=(), compare=False)
 
     def signature(self) -> Node:
         return union([m.signature() for m in self.members])
+
+    def inner_text(self) -> list[str]:
+        return [note for m in self.members for note in m.text()] if self.branches else []
+
+    def own_text(self) -> list[str]:
+        return ["exactly one of the alternatives"] if self.exactly_one else []
 
     def hint(self, classes: Classes, name: str) -> Node:
         return union([m.hint(classes, name) for m in self.members])
@@ -374,8 +419,8 @@ class Converter:
             node = node[part]
         return node if isinstance(node, dict) else None
 
-    def convert(self, node: Any, notes: list[str], seen: tuple[str, ...] = (), depth: int = 0) -> Node:
-        """The node for `node`; what its annotation cannot express is appended to `notes`."""
+    def convert(self, node: Any, seen: tuple[str, ...] = (), depth: int = 0) -> Node:
+        """The node for `node`."""
         own = node.get("$ref") if isinstance(node, dict) else None
         recursive = Recursive(own) if isinstance(own, str) and own in seen else None  # a $ref it is inside of
         if depth > MAX_TYPE_DEPTH:  # an annotation this deep says nothing to a model, and Python cannot parse ~200
@@ -391,58 +436,57 @@ class Converter:
                 self.warnings.append(f"schema {s!r} is not an object, treated as any value")
             return AnyType()
         ref = after[-1] if len(after) > len(seen) else None  # the $ref this schema came from: one class per $ref
-        seen = after
-        notes.extend(f"{k}: {_compact(s[k])}" for k in CONSTRAINTS if k in s)
+        said = tuple(f"{k}: {_compact(s[k])}" for k in CONSTRAINTS if k in s)
+        shape = self.shape(s, after, depth, ref)
+        return replace(cast(Any, shape), said=said) if said else shape  # every shape node is a dataclass
+
+    def shape(self, s: dict[str, Any], seen: tuple[str, ...], depth: int, ref: str | None) -> Node:
         if "const" in s:
-            return self.literal([s["const"]], notes)
+            return self.literal([s["const"]])
         if isinstance(s.get("enum"), list) and s["enum"]:
-            return self.literal(s["enum"], notes)
+            return self.literal(s["enum"])
         for key in ("anyOf", "oneOf"):
             if isinstance(s.get(key), list) and s[key]:
                 # Keys beside the alternatives apply to each of them: {"type": "string", "anyOf": [{"format": ...}]}
                 shared = {k: v for k, v in s.items() if k in SHAPE_KEYS}
-                members = [self.convert({**shared, **b} if shared and isinstance(b, dict) else b, notes, seen,
-                                        depth + 1) for b in s[key]]
-                if key == "oneOf" and len([m for m in members if m.signature() != Scalar("None")]) > 1:
-                    notes.append("exactly one of the alternatives")
-                return Alternatives(tuple(members))
+                members = tuple(self.convert({**shared, **b} if shared and isinstance(b, dict) else b, seen,
+                                             depth + 1) for b in s[key])
+                one = key == "oneOf" and len([m for m in members if m.signature() != Scalar("None")]) > 1
+                return Alternatives(members, exactly_one=one)
         t = s.get("type")
         if isinstance(t, list):
-            return Alternatives(tuple(self.convert({**s, "type": x}, [], seen, depth + 1) for x in t) or (AnyType(),),
+            return Alternatives(tuple(self.convert({**s, "type": x}, seen, depth + 1) for x in t) or (AnyType(),),
                                 branches=False)
         if t in SCALARS:
             return Scalar(SCALARS[t])
         if t == "array" or (t is None and ("items" in s or "prefixItems" in s)):
-            return self.array(s, notes, seen, depth)
+            return self.array(s, seen, depth)
         if t == "object" or (t is None and ("properties" in s or "additionalProperties" in s)):
-            return self.object(s, notes, seen, depth, ref)
+            return self.object(s, seen, depth, ref)
         if t is not None:
             self.warnings.append(f"unknown type {t!r}, treated as any value")
         return AnyType()
 
-    def literal(self, values: list[Any], notes: list[str]) -> Node:
+    def literal(self, values: list[Any]) -> Node:
         if all(v is None or isinstance(v, (str, bool, int)) for v in values):
             return LiteralType(_distinct(values))
         # Literal cannot hold floats or objects: keep the type, list the choices in text.
-        notes.append(f"one of: {_compact(values)}")
         kinds = {SCALARS.get(_json_type(v), "Any") for v in values}
         kind = Scalar(kinds.pop()) if len(kinds) == 1 and "Any" not in kinds else AnyType()
         return Choices(kind, tuple(values))
 
-    def array(self, s: dict[str, Any], notes: list[str], seen: tuple[str, ...], depth: int = 0) -> Node:
+    def array(self, s: dict[str, Any], seen: tuple[str, ...], depth: int = 0) -> Node:
         prefix = s.get("prefixItems")
         if isinstance(prefix, list) and len(prefix) >= 2 and s.get("items") in (None, False):
-            return TupleType(tuple(self.convert(p, notes, seen, depth + 1) for p in prefix))
+            return TupleType(tuple(self.convert(p, seen, depth + 1) for p in prefix))
         if isinstance(prefix, list) and prefix:
-            notes.append(f"items in order: {_compact(self.plain(prefix, seen))}")
-            return ListType(AnyType())
+            return ListType(AnyType(), in_order=_compact(self.plain(prefix, seen)))
         items = s.get("items")
         if items is None or items is True or items == {}:
             return ListType(AnyType())
-        return ListType(self.convert(items, notes, seen, depth + 1))
+        return ListType(self.convert(items, seen, depth + 1))
 
-    def object(self, s: dict[str, Any], notes: list[str], seen: tuple[str, ...], depth: int = 0,
-               ref: str | None = None) -> Node:
+    def object(self, s: dict[str, Any], seen: tuple[str, ...], depth: int = 0, ref: str | None = None) -> Node:
         props = s.get("properties")
         extra = s.get("additionalProperties")
         if isinstance(props, dict) and props:
@@ -451,20 +495,18 @@ class Converter:
                 shown["required"] = s["required"]
             if extra is False:
                 shown["additionalProperties"] = False
-            node = ObjectType(self.fields(s, seen, depth), ref or json.dumps(s, sort_keys=True, default=str),
+            return ObjectType(self.fields(s, seen, depth), ref or json.dumps(s, sort_keys=True, default=str),
                               _title(s, ref), _compact(shown, MAX_NOTE))
-            notes.append(node.note())
-            return node
         if isinstance(extra, dict) and extra:
-            return DictType(self.convert(extra, notes, seen, depth + 1))
+            return DictType(self.convert(extra, seen, depth + 1))
         return DictType(AnyType())
 
     def fields(self, s: dict[str, Any], seen: tuple[str, ...], depth: int) -> tuple[Field, ...]:
-        """An object's fields, for its TypedDict only: what they would warn of, or add to the text, is not the
-        argument's (the text shows the fields whole)."""
+        """An object's fields, for its TypedDict only: what they would warn of is not the argument's (the text
+        shows the fields whole)."""
         inner = Converter(root=self.root)
         required = s["required"] if isinstance(s.get("required"), list) else []
-        return tuple(Field(wire, wire in required, inner.convert(prop, [], seen, depth + 1))
+        return tuple(Field(wire, wire in required, inner.convert(prop, seen, depth + 1))
                      for wire, prop in s["properties"].items())
 
     def plain(self, node: Any, seen: tuple[str, ...], depth: int = 0) -> Any:
