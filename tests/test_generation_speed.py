@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from orsgen import blackfast as render
 from orsgen import normalize, pipeline
 from orsgen import render as render_stage
+from orsgen.config import Job
 from orsgen.source import Source, _snap
 
 from tests.conftest import ROOT
@@ -51,7 +52,7 @@ def module_texts(data: Any, env: str, monkeypatch: pytest.MonkeyPatch) -> list[t
     extra: dict[str, Any] = {k: rest[k] for k in ("terminal_tool", "splits") if k in rest}
     source = Source(target="<tools>", url=None, deployment=env, env=env, name=env, split="train")
     for async_tools in (False, True):
-        pipeline.build(source, _snap(env, tools, extra), async_tools=async_tools)
+        pipeline.build(source, _snap(env, tools, extra), Job("<tools>", Path("adapter.py"), async_tools=async_tools))
     return seen
 
 

@@ -1,6 +1,7 @@
 """Pinning and drift: byte-identical output, --check exit codes, offline regeneration, pyproject targets,
 run-time drift detection and template overrides."""
 
+import ast
 import json
 import shutil
 
@@ -146,3 +147,38 @@ def test_template_override_shadows_one_file(multi_server, tmp_path):
     echo = (out / "echo.py").read_text()
     assert "house rule" not in echo and "class Echo(runtime.Adapter)" in echo  # the module template is the built-in
     assert f"--templates {templates.as_posix()}" in echo.splitlines()[1]  # the header's command says how it was made
+
+
+def test_a_module_regenerates_with_the_options_it_records(tmp_path):
+    """`orsgen MODULE` reads ORSGEN_OPTIONS (data, not the header's comment); a module written before it existed
+    (orsgen 0.2.0: the same module without those two lines) is read from its header's command."""
+    templates = tmp_path / "tpl"
+    templates.mkdir()
+    (templates / "module.py.jinja").write_text((ROOT / "templates" / "module.py.jinja").read_text() + "\n# house template\n")
+    made = orsgen(str(CORPUS), "--env", "claude", "--class-name", "Custom", "--async-tools", "--templates",
+                  "tpl", "-o", "made.py", cwd=tmp_path)
+    assert made.returncode == 0, made.stderr
+    text = (tmp_path / "made.py").read_text()
+    recorded = load(tmp_path / "made.py").ORSGEN_OPTIONS
+    assert recorded == {"target": CORPUS.as_posix(), "env": "claude", "class-name": "Custom", "templates": "tpl",
+                        "async-tools": True}
+    lines = text.splitlines(keepends=True)
+    assert lines[-1] == "# house template\n" and "--class-name Custom" in lines[1]
+    # The header's command is a comment: garbled, it is rewritten from the recorded options.
+    garbled = text.replace(lines[1], "#   orsgen something-else -o elsewhere.py\n", 1)
+    (tmp_path / "garbled.py").write_text(garbled)
+    again = orsgen("garbled.py", "-o", "made.py", cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert (tmp_path / "made.py").read_text() == text
+    # A module of the previous version: no ORSGEN_OPTIONS, its header's command says the options.
+    statement = next(n for n in ast.parse(text).body if isinstance(n, ast.AnnAssign)
+                     and isinstance(n.target, ast.Name) and n.target.id == "ORSGEN_OPTIONS")
+    assert lines[statement.lineno - 2].startswith("# The options it was generated with")  # its comment goes too
+    old = "".join(lines[: statement.lineno - 2] + lines[statement.end_lineno:])
+    (tmp_path / "old.py").write_text(old)
+    check = orsgen("--check", "old.py", "-o", "made.py", cwd=tmp_path)
+    assert check.returncode == 0 and "made.py: up to date" in check.stdout, check.stdout + check.stderr
+    rewritten = orsgen("old.py", cwd=tmp_path)
+    assert rewritten.returncode == 0, rewritten.stderr
+    assert (tmp_path / "old.py").read_text() == text.replace("-o made.py", "-o old.py").replace(
+        "from made import", "from old import").replace('"made.tasks.json"', '"old.tasks.json"')

@@ -140,3 +140,20 @@ def test_long_json_is_printed_whole(tmp_path, fmt):
         assert f"LOST {lost}  (the whole tool, no single argument)" in out
     else:
         assert f"whole tool: `{lost}`" in out
+
+
+def test_report_compares_the_schema_as_the_model_read_it(tmp_path):
+    """The facts come from the model's type nodes (the normalized schema): a dialect type (`int`) is the standard
+    type it means, not a difference; item types given as a list are compared, not a crash."""
+    spec = {"tools": [{"name": "t", "description": "d", "input_schema": {"type": "object", "properties": {
+        "ids": {"type": "array", "items": {"type": "int"}},
+        "names": {"type": "array", "items": {"type": ["string", "null"]}},
+        "ratio": {"type": "number", "enum": [0.5, 1.5]},
+    }, "required": ["ids", "names", "ratio"]}}]}
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(spec))
+    result = orsgen(str(path), "--env", "t", "--report")
+    assert result.returncode == 0, result.stderr
+    differs = [line.strip() for line in result.stdout.splitlines() if "DIFFERS" in line]
+    assert differs == ["DIFFERS ratio: enum [0.5, 1.5] -> None"]  # a float enum the signature cannot hold
+    assert "3 arguments: 1 differences" in result.stdout

@@ -90,7 +90,7 @@ def structured() -> list[tuple[str, dict[str, Any], list[str]]]:
             if not isinstance(schema, dict) or not isinstance(schema.get("properties"), dict):
                 continue
             converter = Converter(root=schema)
-            wanted = [k for k, v in schema["properties"].items() if converter.convert(v, []).structured()]
+            wanted = [k for k, v in schema["properties"].items() if converter.convert(v).structured()]
             if wanted:
                 cases.append((f"{name}:{tool['name']}", schema, wanted))
     return cases
@@ -105,10 +105,12 @@ def test_there_are_cases():
 
 @pytest.mark.parametrize(("schema", "wanted"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
 def test_our_typeddicts_have_dmcgs_shapes(schema, wanted):
-    ours = typeddicts.for_tool("T", schema, wanted, set())
-    our_defs = definitions("\n".join(ours.classes))
+    classes = typeddicts.Classes("T", set())
+    converter = Converter(root=schema)
+    ours = {wire: classes.annotation(converter.convert(schema["properties"][wire]), wire) for wire in wanted}
+    our_defs = definitions("\n".join(classes.sources))
     theirs = definitions(dmcg(schema, "TArgs"))
     for wire in wanted:
-        mine = shape(ast.parse(ours.fields[wire], mode="eval").body, our_defs)
+        mine = shape(ast.parse(ours[wire], mode="eval").body, our_defs)
         _, annotation = theirs["TArgs"][wire]  # required or not: the signature says it
         assert mine == shape(annotation, theirs), wire

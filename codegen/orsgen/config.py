@@ -72,8 +72,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             parser.add_argument(option.flag, type=option.kind, metavar=option.metavar, help=option.help)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Job:
+    """One target -> output and every option that makes it: the one value the stages pass along."""
+
     target: str
     output: Path
     env: str | None = None
@@ -88,19 +90,27 @@ class Job:
     root: Path | None = None  # the folder of the pyproject.toml that listed it: the header's paths are relative to it
     found_root: bool = False  # root is the project found above a command line's output: paths outside it stay absolute
     offline: bool = False  # regenerate from the output module's own snapshot: no request
+    recorded: dict[str, Any] | None = None  # a module's own options, when it is regenerated: kept as they were
+
+    def options(self) -> dict[str, Any]:
+        """The options that made this output, as the module records them (`ORSGEN_OPTIONS`): the target and every
+        option that is not its default, by its pyproject key, paths as the header writes them."""
+        if self.recorded is not None:
+            return self.recorded
+        found: dict[str, Any] = {"target": self._shown(self.target)}
+        for option in OPTIONS:
+            value = getattr(self, option.field)
+            if option.kind is list and value:
+                found[option.name] = list(value)
+            elif option.kind is bool and value:
+                found[option.name] = True
+            elif option.kind not in (bool, list) and value is not None:
+                found[option.name] = self._shown(value) if isinstance(value, Path) else str(value)
+        return found
 
     def command(self) -> str:
         """The command line that regenerates this output (written into its header): every option that made it."""
-        words = ["orsgen", self._shown(self.target)]
-        for option in OPTIONS:
-            value = getattr(self, option.field)
-            if option.kind is bool:
-                words += [option.flag] if value else []
-            elif option.kind is list:
-                words += [word for name in value for word in (option.flag, name)]
-            elif value is not None:
-                words += [option.flag, self._shown(value) if isinstance(value, Path) else str(value)]
-        return shlex.join([*words, "-o", self._shown(self.output)])  # quoted: a path may hold a space
+        return command(self.options(), self._shown(self.output))
 
     def _shown(self, path: str | Path) -> str:
         """A path as the header writes it: relative to the pyproject.toml's folder, so --check agrees from any
@@ -112,8 +122,53 @@ class Job:
             return Path(path).resolve().as_posix()
         return shown.as_posix()
 
+    def module_name(self) -> str:
+        """The output's import name, as the module's usage docstring writes it."""
+        output = self.output if self.root is None else Path(self._shown(self.output))
+        parts = output.with_suffix("").parts
+        return ".".join(parts) if not output.is_absolute() and all(p.isidentifier() for p in parts) else output.stem
+
 
 assert {o.field for o in OPTIONS} <= {f.name for f in fields(Job)}
+
+
+def command(options: dict[str, Any], output: str) -> str:
+    """`orsgen TARGET [options] -o OUTPUT` for recorded options, in the order of OPTIONS."""
+    words = ["orsgen", str(options.get("target", ""))]
+    for option in OPTIONS:
+        value = options.get(option.name)
+        if option.kind is bool:
+            words += [option.flag] if value else []
+        elif option.kind is list:
+            words += [word for name in value or () for word in (option.flag, str(name))]
+        elif value is not None:
+            words += [option.flag, str(value)]
+    return shlex.join([*words, "-o", output])  # quoted: a path may hold a space
+
+
+def in_order(options: dict[str, Any]) -> dict[str, Any]:
+    """Recorded options in the order the module writes them: the target, then OPTIONS' order."""
+    return {k: options[k] for k in ("target", *(o.name for o in OPTIONS)) if k in options}
+
+
+def from_command(line: str) -> dict[str, Any]:
+    """The options of a header's regenerate command: how modules written before `ORSGEN_OPTIONS` record them."""
+    words = shlex.split(line)[1:]
+    if len(words) >= 2 and words[-2] == "-o":
+        words = words[:-2]
+    found: dict[str, Any] = {"target": words.pop(0)} if words else {}
+    flags = {o.flag: o for o in OPTIONS}
+    while words:
+        option = flags.get(words.pop(0))
+        if option is None:
+            continue
+        if option.kind is bool:
+            found[option.name] = True
+        elif words and option.kind is list:
+            found.setdefault(option.name, []).append(words.pop(0))
+        elif words:
+            found[option.name] = words.pop(0)
+    return found
 
 
 def project_root(output: Path) -> Path:

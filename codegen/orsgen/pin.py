@@ -1,13 +1,14 @@
-"""Read what a generated module pinned, and say how two snapshots differ. Nothing here imports or runs the module."""
+"""Read what a generated module pinned (connection, snapshot, class, the options it recorded in `ORSGEN_OPTIONS`),
+and say how two snapshots differ. Nothing here imports or runs the module."""
 
 import ast
 import contextlib
 import json
-import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from orsgen import config
 from orsgen.errors import OrsgenError
 from orsgen.source import Source, read_file
 
@@ -17,7 +18,7 @@ class Pinned:
     source: Source
     snapshot: dict[str, Any]
     class_name: str
-    command: str
+    options: dict[str, Any]  # what it was made with (ORSGEN_OPTIONS): regenerating it uses them again
     async_tools: bool
 
 
@@ -48,8 +49,10 @@ def read_text(text: str, path: str = "<module>") -> Pinned:
     needed = ("ORSGEN_VERSION", "TARGET", "URL", "DEPLOYMENT", "ENV", "SPLIT", "SNAPSHOT")
     if class_name is None or any(k not in values for k in needed) or not isinstance(values["SNAPSHOT"], dict):
         raise OrsgenError(f"{path} is not an orsgen module (no embedded snapshot)")
-    lines = text.splitlines()
-    command = lines[1].removeprefix("#").strip() if len(lines) > 1 else ""
+    options = values.get("ORSGEN_OPTIONS")
+    if not isinstance(options, dict):  # written by orsgen 0.2.0 or older: the header's command says them
+        lines = text.splitlines()
+        options = config.from_command(lines[1].removeprefix("#").strip() if len(lines) > 1 else "")
     source = Source(
         target=values["TARGET"],
         url=values["URL"],
@@ -59,30 +62,7 @@ def read_text(text: str, path: str = "<module>") -> Pinned:
         split=values["SPLIT"],
         build=values.get("BUILD_SHA"),
     )
-    return Pinned(source, values["SNAPSHOT"], class_name, command, bool(values.get("ASYNC_TOOLS", False)))
-
-
-def option(command: str, flag: str) -> str | None:
-    """The value of `flag` in a header's regenerate command, if it has one."""
-    words = shlex.split(command)
-    return words[words.index(flag) + 1] if flag in words[:-1] else None
-
-
-def retarget(command: str, output: Path, templates: Path | None = None, class_name: str | None = None) -> str:
-    """A module's regenerate command, writing to `output` instead (regenerating from its snapshot elsewhere), with
-    the --templates and --class-name that this regeneration used."""
-    words = shlex.split(command)
-    if len(words) < 2 or words[-2] != "-o":
-        return command
-    words = words[:-2]
-    for flag, value in (("--templates", templates.as_posix() if templates else None), ("--class-name", class_name)):
-        if value is None:
-            continue
-        if flag in words[:-1]:
-            words[words.index(flag) + 1] = value
-        else:
-            words += [flag, value]
-    return shlex.join([*words, "-o", output.as_posix()])
+    return Pinned(source, values["SNAPSHOT"], class_name, options, bool(values.get("ASYNC_TOOLS", False)))
 
 
 def _is_adapter(base: ast.expr) -> bool:

@@ -1,44 +1,227 @@
-"""The stages joined: (source, snapshot) -> module text. The CLI and the tests both come through here."""
+"""The stages, each a function from values to values; `run` joins them for one job, `cli` only parses arguments.
+
+    job -> snapshot(job): (Source, snapshot)  a server, the catalog, a /tools file, or a module's own snapshot
+        -> model.build -> Adapter              every naming and typing decision, one node per schema construct
+        -> render.module -> text               Jinja templates, then black in a fixed mode
+        -> write.emit, or check.module         atomic; --check compares and writes nothing
+
+The job (`config.Job`, frozen) carries every option from the command line or pyproject.toml through all of them.
+"""
 
 import ast
 import contextlib
+import json
 import keyword
+import os
+import sys
 import traceback
 from collections.abc import Iterator
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import black
 import jinja2
 
-from orsgen import model, normalize, render
+from orsgen import check, config, model, normalize, pin, render, report, write
 from orsgen.builtin import templates
+from orsgen.config import Job, project_root
 from orsgen.errors import OrsgenError
 from orsgen.model import naming
-from orsgen.source import Source, _snap
+from orsgen.source import Probe, Source, _snap, fetch
+from orsgen.source import tasks as fetch_tasks
+
+BUNDLE_NAMES = frozenset({"bundle"})
 
 
-def build(
-    source: Source,
-    snap: dict[str, Any],
-    *,
-    class_name: str | None = None,
-    command: str = "",
-    module_name: str = "adapter",
-    template_dir: Path | None = None,
-    async_tools: bool = False,
-) -> tuple[str, model.Adapter]:
-    name = class_name or naming.class_name(source.name)
+@dataclass(frozen=True)
+class Mode:
+    """What a run does with the text: write it, or check it (--check, --diff), and whether it reports first."""
+
+    check: bool = False
+    diff: bool = False
+    report: str | None = None  # "text" or "markdown": print the --report first
+    report_only: bool = False  # no -o: the report is all
+
+
+def run(job: Job, mode: Mode) -> tuple[int, model.Adapter | None]:
+    """Generate, check or report one job: (exit status, its adapter if it belongs in a bundle)."""
+    validate(job)
+    source, snap, job = snapshot(job)
+    text, adapter = build(source, snap, job)
+    for warning in adapter.warnings():
+        print(f"orsgen: warning: {warning}", file=sys.stderr)
+    if mode.report:
+        print(report.render(text, adapter, fmt=mode.report)[0], end="")
+        if mode.report_only:
+            return 0, None
+    if mode.check:
+        status = check.module(job.output, text, mode.diff, root=job.root)
+        if job.pin_tasks and not job.offline:  # offline: the tasks are the server's, not this orsgen's
+            status = max(status, check.tasks(tasks_path(job.output), pinned_tasks(job, source, snap)))
+        return status, adapter
+    write.emit(job.output, text, summary(adapter))
+    if job.pin_tasks and not job.offline:
+        tasks = pinned_tasks(job, source, snap)
+        write.emit(tasks_path(job.output), tasks,
+                   ", ".join(f"{len(v)} {k} tasks" for k, v in json.loads(tasks)["splits"].items()))
+    unread = [name for name, why in adapter.skipped if why.startswith(model.UNREADABLE)]
+    if unread:  # the rest is written: one broken tool does not cost the others
+        print(f"orsgen: error: {job.output}: {len(unread)} tool(s) could not be generated ({', '.join(map(repr, unread))}: "
+              "see the warnings); the others were written", file=sys.stderr)
+        return 2, adapter
+    return 0, adapter
+
+
+def validate(job: Job) -> None:
+    """Input that cannot be right, refused before any request."""
+    if job.output.suffix == ".py" and not job.output.stem.isidentifier():
+        fix = naming.identifier(job.output.stem, fallback="adapter")
+        raise OrsgenError(f"{job.output}: {job.output.stem!r} is not an importable module name (use {fix}.py)")
+    if job.templates is not None:
+        check_templates(job.templates)
+
+
+def is_module(target: str) -> bool:
+    return target.endswith(".py") and Path(target).is_file()
+
+
+def snapshot(job: Job) -> tuple[Source, dict[str, Any], Job]:
+    """Stages 1-2: (source, snapshot) of a job, and the job as it renders; a `.py` target is regenerated from its
+    embedded snapshot, offline, with the options it was made with."""
+    if job.fetched is not None:
+        source, snap = job.fetched
+        return (source if is_module(job.target) else _as_named(job, source)), snap, job
+    if job.target.endswith(".py"):
+        pinned = pin.read(Path(job.target))
+        options = {k: v for k, v in pinned.options.items() if k != "templates"}
+        templates, recorded = job.templates, pinned.options.get("templates")
+        if templates is None and isinstance(recorded, str):
+            templates = Path(recorded)
+            if not templates.is_dir():
+                raise OrsgenError(f"{job.target} was made with --templates {recorded}, not found here: pass --templates DIR")
+        if templates is not None:
+            options["templates"] = job._shown(templates)
+        if job.class_name:
+            options["class-name"] = job.class_name
+        async_tools = job.async_tools or pinned.async_tools
+        if async_tools:
+            options["async-tools"] = True
+        return pinned.source, pinned.snapshot, replace(job, class_name=job.class_name or pinned.class_name,
+                                                       templates=templates, async_tools=async_tools,
+                                                       recorded=config.in_order(options))
+    if job.offline:  # what this orsgen makes of the module's own snapshot: catches hand edits and generator drift
+        pinned = pin.read(job.output)
+        return _as_named(job, pinned.source), pinned.snapshot, replace(job, class_name=job.class_name
+                                                                      or pinned.class_name, recorded=job.options())
+    source, snap = fetch(job.target, job.env, probe(job))
+    return _as_named(job, source), snap, job
+
+
+def several(jobs: list[Job], directory: Path) -> list[Job]:
+    """Several environments into one folder: each fetched now (its module is named for its environment), one
+    module each plus bundle.py."""
+    found: list[Job] = []
+    names: set[str] = set()
+    root = project_root(directory / "bundle.py")
+    for job in jobs:
+        if is_module(job.target):  # an orsgen module: its embedded snapshot, offline
+            embedded = pin.read(Path(job.target))
+            source, snap = embedded.source, embedded.snapshot
+        else:
+            source, snap = fetch(job.target, job.env, probe(job, require_task_tools=False))
+        name = naming.unique(naming.module_name(source.env or source.name), names, BUNDLE_NAMES)
+        if any(done.fetched[0] == source for done in found):
+            raise OrsgenError(f"environment {source.env or source.deployment} of {job.target} is given twice")
+        found.append(replace(job, output=directory / f"{name}.py", fetched=(source, snap), root=root, found_root=True))
+    return found
+
+
+def probe(job: Job, require_task_tools: bool = True) -> Probe:
+    """What a job's generation reads beyond /tools; --secret values come from the environment, never a file."""
+    if job.task_tools_for_all and not job.task_tools_from:
+        raise OrsgenError("--task-tools-for-all goes with --task-tools-from TASKS (the tasks whose tools every task gets)")
+    missing = [name for name in job.secret if name not in os.environ]
+    if missing:
+        raise OrsgenError(f"--secret {missing[0]}: set the environment variable {missing[0]} (its value is sent as "
+                          "the secret of that name when a session opens, and never written)")
+    for name in ("api_key", "OPENREWARD_API_KEY"):
+        if name in job.secret:
+            print(f"orsgen: warning: --secret {name}: the openreward SDK sends the API key as the secret {name}, "
+                  "replacing yours, at generation and at run time; pass the value as OPENREWARD_API_KEY (or the "
+                  "adapter's api_key=) instead", file=sys.stderr)
+    secrets = {name: os.environ[name] for name in job.secret}
+    return Probe(job.task_tools_from, job.task_tools_for_all, secrets, require_task_tools)
+
+
+def _as_named(job: Job, source: Source) -> Source:
+    """A file TARGET as the project names it (relative to its root), however it was spelled, from any folder."""
+    if job.root is None or not Path(job.target).exists():
+        return source
+    return replace(source, target=job._shown(job.target))
+
+
+def tasks_path(output: Path) -> Path:
+    return output.with_name(output.stem + ".tasks.json")
+
+
+def pinned_tasks(job: Job, source: Source, snap: dict[str, Any]) -> str:
+    """The task list --pin-tasks writes beside the module, as text."""
+    if source.url is None and "/" not in source.deployment:
+        raise OrsgenError(f"--pin-tasks needs a server or catalog TARGET, not {job.target}")
+    splits = [s if isinstance(s, str) else s.get("name") for s in snap.get("splits") or [source.split]]
+    pinned = fetch_tasks(source, [s for s in splits if isinstance(s, str)])
+    return json.dumps(pinned, ensure_ascii=False, indent=1, sort_keys=True) + "\n"
+
+
+def summary(adapter: model.Adapter) -> str:
+    names = ", ".join(t.wire_name for t in adapter.tools)
+    text = f"class {adapter.class_name}, {len(adapter.tools)} tools ({names})"
+    for variant in adapter.variants:
+        extra = ", ".join(t.wire_name for t in variant.tools)
+        text += f"; class {variant.class_name} adds {extra} for tasks {_ranges(variant.tasks)}"
+    if adapter.unread:
+        text += (f"; tasks {adapter.unread_spans()} were not read (--task-tools-from): they get class "
+                 f"{adapter.class_name}, the shared tools only")
+    if adapter.to_all:
+        text += f"; every task gets {', '.join(adapter.to_all)} (--task-tools-for-all)"
+    if adapter.terminal:
+        text += f"; terminal tool {adapter.terminal.name} (terminal_reward)"
+    return text
+
+
+def _ranges(indices: list[int]) -> str:
+    shown = ", ".join(str(i) for i in indices[:8])
+    return shown + (f", ... ({len(indices)} tasks)" if len(indices) > 8 else "")
+
+
+def build(source: Source, snap: dict[str, Any], job: Job | None = None) -> tuple[str, model.Adapter]:
+    """Stages 3-4: the model of a snapshot, and the module text it renders to."""
+    job = job or Job("<tools>", Path("adapter.py"))
+    name = job.class_name or naming.class_name(source.name)
     if not name.isidentifier() or name.startswith("_") or keyword.iskeyword(name) or name in naming.MODULE_NAMES:
         raise OrsgenError(f"class name {name!r} is not a public Python identifier the module can use")
     adapter = model.build(snap["tools"], name, source.env, snap.get("task_tools"), snap.get("terminal_tool"))
-    with template_errors(template_dir):
-        text = render.module(adapter, source, snap, command, module_name, template_dir, async_tools)
+    with template_errors(job.templates):
+        text = render.module(adapter, source, snap, job)
     twice = _bound_twice(text)
     if twice:
         raise OrsgenError(f"the module would bind {', '.join(twice)} twice (a class or tool name takes a name the "
                           "module uses): choose another --class-name")
     return text, adapter
+
+
+def write_bundle(directory: Path, members: list[tuple[str, str]], mode: Mode, templates: Path | None) -> int:
+    """bundle.py: every environment's adapter as TRL's dict environment_factory, and one mixed dataset."""
+    path = directory / "bundle.py"
+    text = bundle(members, templates)
+    if mode.check:
+        return check.module(path, text, mode.diff, pinned=False)
+    write.emit(path, text, f"environments {', '.join(name for name, _ in members)}")
+    package = directory / "__init__.py"
+    if not package.exists():  # a package, so that bundle.py's relative imports resolve (and type checkers follow)
+        write.atomic(package, "")
+    return 0
 
 
 def bundle(members: list[tuple[str, str]], template_dir: Path | None = None) -> str:
@@ -98,4 +281,4 @@ def from_tools(data: Any, *, env: str = "env", class_name: str | None = None) ->
     tools, rest = normalize.tool_list(data, "<tools>")
     extra: dict[str, Any] = {k: rest[k] for k in ("terminal_tool", "splits") if k in rest}
     source = Source(target="<tools>", url=None, deployment=env, env=env, name=env, split="train")
-    return build(source, _snap(env, tools, extra), class_name=class_name)
+    return build(source, _snap(env, tools, extra), Job("<tools>", Path("adapter.py"), class_name=class_name))

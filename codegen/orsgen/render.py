@@ -9,6 +9,7 @@ import jinja2
 from orsgen import __version__
 from orsgen.blackfast import MODE, format_module
 from orsgen.builtin import templates
+from orsgen.config import Job
 from orsgen.model import Adapter, docs
 from orsgen.runtime import API
 from orsgen.snapshot import sha256
@@ -51,33 +52,26 @@ def environment(template_dir: Path | None = None) -> jinja2.Environment:
     return env
 
 
-def module(
-    adapter: Adapter,
-    source: Source,
-    snap: dict[str, Any],
-    command: str,
-    module_name: str,
-    template_dir: Path | None = None,
-    async_tools: bool = False,
-) -> str:
+def module(adapter: Adapter, source: Source, snap: dict[str, Any], job: Job) -> str:
     text = (
-        environment(template_dir)
+        environment(job.templates)
         .get_template("module.py.jinja")
         .render(
             adapter=adapter,
             source=source,
             snapshot=snap,
             sha256=sha256(snap),
-            command=command,
-            module_name=module_name,
-            tasks_file=module_name.rsplit(".", 1)[-1] + ".tasks.json",
-            async_tools=async_tools,
+            command=job.command(),
+            options=job.options(),
+            module_name=job.module_name(),
+            tasks_file=job.output.stem + ".tasks.json",
+            async_tools=job.async_tools,
             version=__version__,
             api=API,
         )
     )
     formatted = format_module(text, snap)
-    compile(formatted, module_name, "exec")  # a template bug must fail here, not in the user's training run
+    compile(formatted, job.module_name(), "exec")  # a template bug must fail here, not in the user's training run
     return formatted
 
 

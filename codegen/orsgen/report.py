@@ -10,22 +10,17 @@ paste into a pull request.
 """
 
 import importlib.util
-import json
 import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from orsgen import normalize
-from orsgen.model import CARRIED, Adapter, Param, Tool, docs
-from orsgen.model.typemap import Converter
+from orsgen.model import Adapter, Param, Terminal, Tool, docs
+from orsgen.model.lost import as_json
+from orsgen.model.typemap import Node
 
 JSON_TYPES = {"string", "integer", "number", "boolean", "array", "object", "null"}
-# Top-level keys whose value is an object keyed by argument names: each entry belongs to that argument.
-KEYED_BY_ARGUMENT = ("dependentRequired", "dependencies", "dependentSchemas", "default")
-# Keys inside a lost value that name arguments: {"required": [names]}, {"properties": {name: ...}}.
-NAMING_KEYS = ("required", "properties", *KEYED_BY_ARGUMENT)
 MARKDOWN_HEADER = "| tool | argument | wire -> python | model sees | in text | lost |"
 
 
@@ -58,40 +53,26 @@ def seen_schemas(text: str, adapter: Adapter) -> dict[str, dict[str, Any]]:
     return found
 
 
-def _types(found: set[str]) -> list[str] | None:
+def _types(found: set[str] | frozenset[str]) -> list[str] | None:
     """Sorted JSON types, `integer` folded into `number` (which holds every integer)."""
-    kept = found & JSON_TYPES
+    kept = set(found) & JSON_TYPES
     if "number" in kept:
         kept.discard("integer")
     return sorted(kept) or None
 
 
-def signature(schema: dict[str, Any], converter: Converter) -> dict[str, Any]:
-    """The comparable facts of one property: type, enum, nullable, items, additionalProperties."""
-    resolved, _ = converter.resolve(schema, ())
-    resolved = resolved if isinstance(resolved, dict) else {}
-    members = resolved.get("anyOf") or resolved.get("oneOf") or [resolved]
-    members = [converter.resolve(m, ())[0] for m in members]
-    nullable = any(isinstance(m, dict) and m.get("type") == "null" for m in members)
-    kept = [m for m in members if isinstance(m, dict) and m.get("type") != "null"]
-    types, enum = set(), None
-    for m in kept:
-        t = m.get("type")
-        types.update(t if isinstance(t, list) else [t] if t else [])
-        if "enum" in m or "const" in m:
-            enum = m.get("enum", [m.get("const")])
-    if "null" in types:
-        types.discard("null")
-        nullable = True
+def signature(node: Node) -> dict[str, Any]:
+    """The comparable facts of one argument, as its schema said them: type, enum, nullable, items."""
+    said = node.facts()
+    enum = list(said.enum) if said.enum is not None else None
+    nullable = said.null or "null" in said.types
     if enum is not None and None in enum:
         nullable, enum = True, [v for v in enum if v is not None]
-    one = kept[0] if len(kept) == 1 else {}
-    items = converter.resolve(one.get("items"), ())[0] if isinstance(one.get("items"), dict) else None
     return {
-        "type": _types(types),
+        "type": _types(said.types - {"null"}),
         "enum": enum,
         "nullable": nullable,
-        "items": sorted({items.get("type")} - {None}) if isinstance(items, dict) and "type" in items else None,
+        "items": sorted(said.items) if said.items else None,
     }
 
 
@@ -107,80 +88,29 @@ def seen_signature(prop: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def differences(original: dict[str, Any] | None, seen: dict[str, Any], params: list[Param]) -> list[tuple[str | None, str]]:
+def differences(seen: dict[str, Any], params: list[Param]) -> list[tuple[str | None, str]]:
     """(argument wire name, or None for the whole tool; difference) for what a signature should not change: type,
     enum, nullability, item type, required flag, order."""
-    schema = original or {}
-    converter = Converter(root=schema)
-    props = schema.get("properties") or {}
-    required = set(schema.get("required") or [])
     seen_props = seen["parameters"].get("properties", {})
     seen_required = set(seen["parameters"].get("required", []))
     found: list[tuple[str | None, str]] = []
     if [p.py_name for p in params] != list(seen_props):
-        found.append((None, f"order: {list(props)} -> {list(seen_props)}"))
+        found.append((None, f"order: {[p.wire_name for p in params]} -> {list(seen_props)}"))
     for param in params:
-        before = signature(props.get(param.wire_name, {}), converter)
+        before = signature(param.type)
         after = seen_signature(seen_props.get(param.py_name, {}))
         for key in ("type", "enum", "nullable", "items"):
             if before[key] is not None and before[key] != after[key] and not (key == "nullable" and not before[key]):
                 found.append((param.wire_name, f"{param.wire_name}: {key} {before[key]} -> {after[key]}"))
-        if (param.wire_name in required) != (param.py_name in seen_required):
-            flags = f"{param.wire_name in required} -> {param.py_name in seen_required}"
+        if param.required != (param.py_name in seen_required):
+            flags = f"{param.required} -> {param.py_name in seen_required}"
             found.append((param.wire_name, f"{param.wire_name}: required {flags}"))
     return found
 
 
-def compare(original: dict[str, Any] | None, seen: dict[str, Any], params: list[Param]) -> list[str]:
+def compare(seen: dict[str, Any], params: list[Param]) -> list[str]:
     """Differences a signature should not have: type, enum, nullability, item type, required flag, order."""
-    return [text for _, text in differences(original, seen, params)]
-
-
-def lost_arguments(tool: Tool, schema: Any) -> list[tuple[str, list[str]]]:
-    """Each item of `tool.lost` with the argument wire names it belongs to (none: it is about the whole tool).
-
-    `tool.lost` holds the top-level keys of the (normalized) input schema that neither the signature nor the text
-    carries, as "key: json"; the key and value are found again in the schema to see which arguments they name."""
-    schema = normalize.schema(schema)
-    values = {}
-    if isinstance(schema, dict):
-        values = {f"{k}: {_json(v)}": (k, v) for k, v in schema.items() if k not in CARRIED}
-    names = [p.wire_name for p in tool.params]
-    out = []
-    for item in tool.lost:
-        key, value = values.get(item, (None, None))
-        named: set[str] = set()
-        if item.startswith("cut: "):  # cut by orsgen's bounds: "cut: WIRE_NAME: ..." is that argument's
-            named.add(item.split(": ", 2)[1])
-        if key in KEYED_BY_ARGUMENT and isinstance(value, dict):
-            named.update(value)
-            if key in ("dependentRequired", "dependencies"):
-                named.update(n for v in value.values() if isinstance(v, list) for n in v if isinstance(n, str))
-            _named_inside(list(value.values()), named)
-        elif key is not None and key not in ("additionalProperties", "patternProperties", "propertyNames",
-                                             "unevaluatedProperties", "minProperties", "maxProperties"):
-            _named_inside(value, named)
-        out.append((item, [n for n in names if n in named]))
-    return out
-
-
-def _named_inside(value: Any, named: set[str], depth: int = 0) -> None:
-    """Argument names a nested schema names: `required` lists, `properties` keys, keyed objects."""
-    if depth > 32:
-        return
-    if isinstance(value, list):
-        for x in value:
-            _named_inside(x, named, depth + 1)
-        return
-    if not isinstance(value, dict):
-        return
-    for k, v in value.items():
-        if k == "required" and isinstance(v, list):
-            named.update(n for n in v if isinstance(n, str))
-        elif k in NAMING_KEYS and isinstance(v, dict):
-            named.update(v)
-        if k not in ("properties", "default", "const", "enum", "examples"):
-            _named_inside(v, named, depth + 1)
+    return [text for _, text in differences(seen, params)]
 
 
 @dataclass
@@ -213,16 +143,11 @@ class ClassFacts:
     tools: list[ToolFacts | tuple[Tool, str]] = field(default_factory=list)  # (tool, class it was shown in)
 
 
-def facts(adapter: Adapter, snap: dict[str, Any], seen: dict[str, dict[str, Any]]) -> list[ClassFacts]:
-    originals: dict[str, Any] = {}
-    task_tools = snap.get("task_tools")
-    extra = task_tools.get("tools") or [] if isinstance(task_tools, dict) else []
-    for spec in [*snap["tools"], *extra]:
-        originals.setdefault(spec["name"], spec.get("input_schema"))
+def facts(adapter: Adapter, seen: dict[str, dict[str, Any]]) -> list[ClassFacts]:
     count = len(adapter.tools)
     classes = [ClassFacts(adapter.class_name, f"class {adapter.class_name}: the shared tools ({count}), offered on every "
                           "task" + (" (the variant classes below add their own)" if adapter.variants else ""))]
-    classes[0].tools = [_tool_facts(t, originals.get(t.wire_name), seen[t.wire_name]) for t in adapter.tools]
+    classes[0].tools = [_tool_facts(t, seen[t.wire_name]) for t in adapter.tools]
     shown: dict[str, str] = {}
     for variant in adapter.variants:
         added = ", ".join(t.wire_name for t in variant.tools)
@@ -234,14 +159,14 @@ def facts(adapter: Adapter, snap: dict[str, Any], seen: dict[str, dict[str, Any]
                 one.tools.append((tool, shown[tool.wire_name]))
             else:
                 shown[tool.wire_name] = variant.class_name
-                one.tools.append(_tool_facts(tool, originals.get(tool.wire_name), seen[tool.wire_name]))
+                one.tools.append(_tool_facts(tool, seen[tool.wire_name]))
         classes.append(one)
     return classes
 
 
-def _tool_facts(tool: Tool, original: Any, seen: dict[str, Any]) -> ToolFacts:
-    found = differences(original if isinstance(original, dict) else None, seen, tool.params)
-    lost = lost_arguments(tool, original)
+def _tool_facts(tool: Tool, seen: dict[str, Any]) -> ToolFacts:
+    found = differences(seen, tool.params)
+    lost = [(item.text, list(item.arguments)) for item in tool.lost]
     seen_props = seen["parameters"].get("properties", {})
     arguments = []
     for param in tool.params:
@@ -262,10 +187,10 @@ def _tool_facts(tool: Tool, original: Any, seen: dict[str, Any]) -> ToolFacts:
     )
 
 
-def render(text: str, adapter: Adapter, snap: dict[str, Any], fmt: str = "text") -> tuple[str, int]:
+def render(text: str, adapter: Adapter, fmt: str = "text") -> tuple[str, int]:
     """(report text, number of differences in type, enum, nullability, item type, required flag or order); the lost
     items are counted in the report's summary line, not in that number."""
-    classes = facts(adapter, snap, seen_schemas(text, adapter))
+    classes = facts(adapter, seen_schemas(text, adapter))
     tools = [t for c in classes for t in c.tools if isinstance(t, ToolFacts)]
     diffs = sum(t.diff_count for t in tools)
     lost = sum(t.lost_count for t in tools)
@@ -276,9 +201,9 @@ def render(text: str, adapter: Adapter, snap: dict[str, Any], fmt: str = "text")
         f"required flag or order; {lost} lost (schema keys neither the signature nor the text carries: {tied} tied to "
         f"an argument, {lost - tied} to a whole tool)"
     )
-    terminal = adapter.terminal_tool
+    terminal = adapter.terminal
     if terminal:
-        summary += f"; terminal tool {terminal.get('name')} (not offered to the model)"
+        summary += f"; terminal tool {terminal.name} (not offered to the model)"
     if fmt == "markdown":
         return _markdown(classes, adapter, summary), diffs
     return _text(classes, adapter, summary), diffs
@@ -304,7 +229,7 @@ def _text(classes: list[ClassFacts], adapter: Adapter, summary: str) -> str:
                 param = arg.param
                 name = param.wire_name if param.py_name == param.wire_name else f"{param.wire_name} (as {param.py_name})"
                 flag = "required" if param.required else "optional"
-                lines.append(f"    {name}: {flag}, model sees {_json(arg.schema)}")
+                lines.append(f"    {name}: {flag}, model sees {as_json(arg.schema)}")
                 if arg.description:
                     lines += _block("described as", arg.description, "          ")
                 if arg.moved:
@@ -322,18 +247,18 @@ def _text(classes: list[ClassFacts], adapter: Adapter, summary: str) -> str:
                 lines += [f"        DIFFERS {d}" for d in arg.differs]
             lines += [f"    LOST {lost_item}  (the whole tool, no single argument)" for lost_item in item.lost]
             lines += [f"    DIFFERS {d}" for d in item.differs]
-    terminal = adapter.terminal_tool
+    terminal = adapter.terminal
     if terminal:
-        lines.append(f"terminal tool {terminal.get('name')}: not offered to the model, which never calls it; "
+        lines.append(f"terminal tool {terminal.name}: not offered to the model, which never calls it; "
                      f"{_terminal_use(terminal)}")
-        if terminal.get("description"):
-            lines += _block("description", str(terminal["description"]), "    ")
+        if terminal.description:
+            lines += _block("description", str(terminal.description), "    ")
     lines += [f"WARNING {warning}" for warning in adapter.warnings()]
     return "\n".join([*lines, summary]) + "\n"
 
 
-def _terminal_use(terminal: dict[str, Any]) -> str:
-    arg = terminal.get("arg")
+def _terminal_use(terminal: Terminal) -> str:
+    arg = terminal.arg
     if arg:
         return f"terminal_reward sends the model's final plain message to it as argument {arg!r}"
     return "the model's final plain message ends the episode; terminal_reward calls it with no arguments"
@@ -362,7 +287,7 @@ def _markdown(classes: list[ClassFacts], adapter: Adapter, summary: str) -> str:
                 out.append(_row(tool_cell, "(no arguments)", "", "", "", "<br>".join(whole)))
             for i, arg in enumerate(item.arguments):
                 param = arg.param
-                seen = "<br>".join(x for x in (_code(_json(arg.schema)), _cell(arg.description)) if x)
+                seen = "<br>".join(x for x in (_code(as_json(arg.schema)), _cell(arg.description)) if x)
                 seen += "".join(f"<br>**differs:** {_cell(d)}" for d in arg.differs)
                 lost = [_code(x) + (f" (with {', '.join(arg.with_others[x])})" if arg.with_others[x] else "")
                         for x in arg.lost]
@@ -375,11 +300,11 @@ def _markdown(classes: list[ClassFacts], adapter: Adapter, summary: str) -> str:
                     "<br>".join(lost + (whole if i == 0 else [])),
                 ))
         out.append("")
-    terminal = adapter.terminal_tool
+    terminal = adapter.terminal
     if terminal:
-        out += [f"### Terminal tool `{terminal.get('name')}`", "",
+        out += [f"### Terminal tool `{terminal.name}`", "",
                 _cell(f"Not offered to the model, which never calls it; {_terminal_use(terminal)}."
-                      + (f" Description: {terminal['description']}" if terminal.get("description") else "")), ""]
+                      + (f" Description: {terminal.description}" if terminal.description else "")), ""]
     warnings = adapter.warnings()
     if warnings:
         out += ["### Warnings", "", *(f"- {_cell(w)}" for w in warnings), ""]
@@ -405,7 +330,3 @@ def _code(text: str) -> str:
         fence += "`"
     pad = " " if text.startswith("`") or text.endswith("`") else ""
     return f"{fence}{pad}{text}{pad}{fence}"
-
-
-def _json(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)

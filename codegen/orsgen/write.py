@@ -31,3 +31,12 @@ def atomic(path: Path, text: str) -> None:
     except BaseException:  # Ctrl-C: no temporary file left behind either
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def emit(path: Path, text: str, what: str) -> None:
+    """Write `text` to `path` unless it already holds it: an unchanged file is not rewritten."""
+    if path.is_file() and path.read_text(encoding="utf-8") == text:
+        print(f"{path}: unchanged")
+        return
+    atomic(path, text)
+    print(f"wrote {path}: {what}")

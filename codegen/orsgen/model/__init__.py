@@ -1,14 +1,17 @@
 """The intermediate model: tool specs -> `Adapter(Tool(Param))`. All naming and typing decisions live here.
 
-A tool whose schema is broken becomes a warning; the rest of the module still generates.
+Each argument's schema is read once, into a type node (`typemap`): the node gives the signature's annotation, its
+TypedDicts (`typeddicts`), the `typing` imports and the facts `--report` compares; the argument's text and what is
+lost (`lost`) are made in the same pass. The templates and the report read this model, never the raw schema. A tool
+whose schema is broken becomes a warning; the rest of the module still generates.
 """
 
-import json
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from orsgen import normalize
-from orsgen.model import docs, naming, typeddicts, typemap
+from orsgen.model import docs, lost, naming, typeddicts, typemap
+from orsgen.model.lost import Lost, as_json
 from orsgen.model.typemap import Converter, Node
 from orsgen.runtime import bounds
 
@@ -17,7 +20,7 @@ from orsgen.runtime import bounds
 class Param:
     wire_name: str  # the property name the server expects
     py_name: str  # the keyword the model sees and Python accepts
-    type: Node
+    type: Node  # renders the annotation, the TypedDicts and the facts the report compares
     required: bool
     doc: str  # one line, safe for the Args block
     moved: tuple[str, ...] = ()  # what only the description carries: "default: 1", "minimum: 0", ...
@@ -33,7 +36,7 @@ class Tool:
     returns: str
     params: list[Param]
     warnings: list[str] = field(default_factory=list)
-    lost: list[str] = field(default_factory=list)  # top-level schema keys neither the signature nor the text carry
+    lost: list[Lost] = field(default_factory=list)  # what neither the signature nor the text carries
     classes: list[str] = field(default_factory=list)  # TypedDict sources for type checkers
 
     @property
@@ -53,6 +56,22 @@ class Variant:
     tasks: list[int]
 
 
+@dataclass(frozen=True)
+class Terminal:
+    """The environment's @terminal tool: the model never calls it, `terminal_reward` sends it the final message."""
+
+    name: Any  # as the server names it
+    arg: Any  # the argument the final message goes to; none: it takes no arguments
+    description: Any
+    spec: dict[str, Any]  # the whole description, pinned in the module for the runtime
+
+    @classmethod
+    def of(cls, spec: Any) -> "Terminal | None":
+        if not isinstance(spec, dict) or not spec:
+            return None
+        return cls(spec.get("name"), spec.get("arg"), spec.get("description"), spec)
+
+
 @dataclass
 class Adapter:
     class_name: str
@@ -64,7 +83,7 @@ class Adapter:
     task_tools_split: str | None = None  # the split the task-specific tools were read from
     unread: list[int] = field(default_factory=list)  # tasks of that split whose tools were not read: the base class
     to_all: list[str] = field(default_factory=list)  # tools read from some tasks and given to every task (the base)
-    terminal_tool: dict[str, Any] | None = None  # the environment's @terminal tool, as the server describes it
+    terminal: Terminal | None = None
 
     def unread_spans(self) -> str:
         """The unread tasks as spans: "0, 2-5, 9"."""
@@ -101,8 +120,6 @@ class Adapter:
 
 
 UNREADABLE = "schema cannot be read"  # a tool skipped for this could not be generated: the CLI exits 2
-# Top-level schema keys the signature or the docstring carries (or that mean nothing to the model).
-CARRIED = {"type", "properties", "required", "title", "description", "$defs", "definitions", "$schema"}
 
 
 def build(
@@ -113,25 +130,20 @@ def build(
     prefixes: set[str] = {class_name, *naming.MODULE_NAMES}  # TypedDict class names and their tools' prefixes
     skipped: list[tuple[str, str]] = []
     seen: set[str] = set()
-    adapter = Adapter(class_name, env, _tools(tools, taken, prefixes, skipped, seen), skipped)
+    adapter = Adapter(class_name, env, _tools(tools, taken, prefixes, skipped, seen), skipped,
+                      terminal=Terminal.of(terminal_tool))
     if isinstance(task_tools, dict) and task_tools.get("tools"):
         extra = {t.wire_name: t for t in _tools(task_tools["tools"], taken, prefixes, skipped, seen)}
         adapter.notes = [f"task tools: {c}" for c in task_tools.get("conflicts") or []]
         if task_tools.get("all_tasks") is True:  # one tool set for every task: TRL's task_tools_discovery_index
             adapter.tools += extra.values()
             adapter.to_all = list(extra)
-            return _terminal(adapter, terminal_tool)
+            return adapter
         adapter.variants = _variants(class_name, extra, task_tools.get("tasks") or {})
         adapter.task_tools_split = task_tools.get("split")
         read, count = task_tools.get("read"), task_tools.get("num_tasks")
         if isinstance(read, list) and isinstance(count, int):
             adapter.unread = sorted(set(range(count)) - {i for i in read if isinstance(i, int)})
-    return _terminal(adapter, terminal_tool)
-
-
-def _terminal(adapter: Adapter, terminal_tool: Any) -> Adapter:
-    if isinstance(terminal_tool, dict) and terminal_tool:
-        adapter.terminal_tool = terminal_tool
     return adapter
 
 
@@ -189,21 +201,21 @@ def _tool(spec: dict[str, Any], taken: set[str], prefixes: set[str]) -> Tool:
     described: dict[str, str] = {}  # an object's fields, as described in the text -> the argument that has them
     cut_types: list[str] = []  # arguments whose types nest past MAX_TYPE_DEPTH
     for wire_param, prop in props.items():
-        notes: list[str] = []
         cuts = converter.cuts
-        node = converter.convert(prop, notes)
+        node = converter.convert(prop)
+        notes = node.text()
         if converter.cuts > cuts:
             cut_types.append(wire_param)
         resolved, _ = converter.resolve(prop, ())
         resolved = resolved if isinstance(resolved, dict) else {}
         text = _first_text(prop, resolved, arg_docs.get(wire_param))
         if isinstance(prop, dict) and "default" in prop:
-            notes.insert(0, f"default: {_json(prop['default'])}")
+            notes.insert(0, f"default: {as_json(prop['default'])}")
         elif "default" in resolved:
-            notes.insert(0, f"default: {_json(resolved['default'])}")
+            notes.insert(0, f"default: {as_json(resolved['default'])}")
         for key in ("examples", "example"):
             if key in resolved:
-                notes.append(f"{key}: {_json(resolved[key])}")
+                notes.append(f"{key}: {as_json(resolved[key])}")
         if resolved.get("deprecated") is True:
             notes.append("deprecated")
         py = naming.unique(naming.parameter(wire_param), py_taken, naming.PARAM_RESERVED)
@@ -213,10 +225,10 @@ def _tool(spec: dict[str, Any], taken: set[str], prefixes: set[str]) -> Tool:
     attr = naming.unique(naming.identifier(wire, fallback="tool"), taken, naming.TOOL_RESERVED)
     body = docs.neutralise(description) or f"Call the {wire!r} tool."
     tool = Tool(wire, attr, body, docs.one_line(returns), params, converter.warnings)
-    tool.lost = [f"{k}: {_json(v)}" for k, v in schema.items() if k not in CARRIED]
+    tool.lost = lost.keys(schema, [p.wire_name for p in params])
     _bounded(tool, spec, props, cut_types)
     if any(p.type.structured() for p in params):
-        _add_typeddicts(tool, schema, prefixes)
+        _add_typeddicts(tool, prefixes)
     return tool
 
 
@@ -228,32 +240,27 @@ def _bounded(tool: Tool, spec: dict[str, Any], props: dict[str, Any], cut_types:
         tool.warnings.append(f"description cut to {bounds.MAX_DESCRIPTION} characters "
                              f"({description.rsplit(': ', 1)[-1].split()[0]} in all)")
     for wire, prop in props.items():
-        text = _json(prop)
+        text = as_json(prop)
         if bounds.DEPTH_CUT in text:
-            tool.lost.append(f"cut: {wire}: the structure below {bounds.MAX_DEPTH} levels of its schema")
+            tool.lost.append(lost.cut(wire, f"the structure below {bounds.MAX_DEPTH} levels of its schema"))
         if bounds.TEXT_CUT[:20] in text:
             tool.warnings.append(f"argument {wire!r}: texts in its schema cut to {bounds.MAX_TEXT} characters")
-    if bounds.DEPTH_CUT in _json(spec.get("input_schema")):
+    if bounds.DEPTH_CUT in as_json(spec.get("input_schema")):
         tool.warnings.append(f"the schema nests deeper than {bounds.MAX_DEPTH} levels: below that, any value "
                              "(its structure is lost, see --report)")
-    tool.lost += [f"cut: {wire}: its types nested deeper than {typemap.MAX_TYPE_DEPTH} levels" for wire in cut_types]
+    tool.lost += [lost.cut(wire, f"its types nested deeper than {typemap.MAX_TYPE_DEPTH} levels") for wire in cut_types]
 
 
-def _add_typeddicts(tool: Tool, schema: dict[str, Any], prefixes: set[str]) -> None:
-    prefix = naming.unique(naming.class_name(tool.py_name), prefixes)
-    wanted = [p.wire_name for p in tool.params if p.type.structured()]
+def _add_typeddicts(tool: Tool, prefixes: set[str]) -> None:
+    classes = typeddicts.Classes(naming.unique(naming.class_name(tool.py_name), prefixes), prefixes)
     try:
-        hints = typeddicts.for_tool(prefix, schema, wanted, prefixes)
+        hints = {p.wire_name: classes.annotation(p.type, p.wire_name) for p in tool.params if p.type.structured()}
     except RecursionError:
         tool.warnings.append("no TypedDicts for type checkers (the schema nests too deeply)")
         return
-    tool.classes = hints.classes
-    tool.params = [
-        replace(p, alias=f"_{tool.py_name}__{p.py_name}", hint=hints.fields[p.wire_name])
-        if p.type.structured() and p.wire_name in hints.fields
-        else p
-        for p in tool.params
-    ]
+    tool.classes = classes.sources
+    tool.params = [replace(p, alias=f"_{tool.py_name}__{p.py_name}", hint=hints[p.wire_name])
+                   if p.wire_name in hints else p for p in tool.params]
 
 
 def _first_text(prop: Any, resolved: dict[str, Any], fallback: str | None) -> str:
@@ -265,10 +272,6 @@ def _first_text(prop: Any, resolved: dict[str, Any], fallback: str | None) -> st
         return fallback
     title = resolved.get("title") or (prop.get("title") if isinstance(prop, dict) else None)
     return title if isinstance(title, str) else ""
-
-
-def _json(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
 
 
 def _once(note: str, param: str, described: dict[str, str]) -> str:

@@ -1,14 +1,17 @@
-"""JSON Schema -> type nodes. Each node renders its own annotation and names the `typing` imports it needs.
+"""JSON Schema -> type nodes: the schema is read here, once; each construct is one node class.
 
+A node spells the method's annotation (`signature()`), the annotation type checkers see (`hint()`: an object becomes
+a TypedDict class, see `typeddicts`), the `typing` names it imports and the facts the report compares (`facts()`).
 Annotations are limited to what `transformers.utils.get_json_schema` can turn back into JSON Schema (TRL shows the
 model that, not the server's schema): scalars, `Literal`, `X | None`, unions, `list[T]`, `tuple[A, B]` and
-`dict[str, T]`. Whatever an annotation cannot carry (defaults, constraints, formats, nested object fields) is
-returned as notes, which end up in the argument's description.
+`dict[str, T]`. Whatever an annotation cannot carry (constraints, formats, choices, nested object fields) the node
+says in `text()`, which ends up in the argument's description. A new construct is one node class here, plus the
+branch of `Converter.convert` that makes it, plus its golden case.
 """
 
 import json
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol, cast
 
 CONSTRAINTS = (
     "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf",
@@ -22,112 +25,336 @@ MAX_TYPE_DEPTH = 16  # nested types (list in list, union in dict, ...) an annota
 
 
 class Node:
+    """One JSON Schema construct. The converter reads the schema once into these; everything else asks the nodes.
+
+    `signature()` is the node as the method's annotation spells it (what TRL turns back into JSON Schema),
+    `hint()` as type checkers see it (objects become TypedDict classes), `facts()` what the schema said, for the
+    report to compare with what the model sees. The public methods answer for the signature.
+    """
+
+    def signature(self) -> "Node":
+        return self
+
+    def hint(self, classes: "Classes", name: str) -> "Node":
+        """The node for type checkers; `name` (the argument's, the field's) names a class made for an object."""
+        return self.signature()
+
+    def facts(self) -> "Facts":
+        return Facts()
+
+    said: tuple[str, ...] = ()  # what the schema said at this level that no annotation can: "minimum: 0", ...
+
+    def text(self) -> list[str]:
+        """What the argument's description says of this value: this level's constraints, its parts', its own."""
+        return [*self.said, *self.inner_text(), *self.own_text()]
+
+    def inner_text(self) -> list[str]:
+        return []
+
+    def own_text(self) -> list[str]:
+        return []
+
     def annotation(self) -> str:
-        raise NotImplementedError
+        return self.signature().spell()
 
     def imports(self) -> frozenset[str]:
-        return frozenset()
+        return self.signature().needs()
 
     def nullable(self) -> bool:
-        return False
+        return self.signature().holds_none()
 
     def structured(self) -> bool:
         """Holds an object with known fields, which only a TypedDict (for type checkers) can spell out."""
+        return self.signature().has_fields()
+
+    # What a signature node answers for itself (its children are signature nodes too).
+    def spell(self) -> str:
+        raise NotImplementedError
+
+    def needs(self) -> frozenset[str]:
+        return frozenset()
+
+    def holds_none(self) -> bool:
         return False
+
+    def has_fields(self) -> bool:
+        return False
+
+
+class Classes(Protocol):
+    """What `hint()` asks for an object: the TypedDict class standing for it (see `typeddicts.Classes`)."""
+
+    def define(self, node: "ObjectType", name: str) -> "Node": ...
+
+    def named(self, ref: str) -> str | None: ...
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What a schema said about one value, as the report compares it: JSON types, choices, null, item types."""
+
+    types: frozenset[str] = frozenset()  # JSON types declared at this level
+    enum: tuple[Any, ...] | None = None
+    null: bool = False
+    items: frozenset[str] | None = None  # the declared JSON types of an array's items
 
 
 @dataclass(frozen=True)
 class Scalar(Node):
     name: str  # str, int, float, bool, None
+    said: tuple[str, ...] = field(default=(), compare=False)
 
-    def annotation(self) -> str:
+    def spell(self) -> str:
         return self.name
 
-    def nullable(self) -> bool:
+    def holds_none(self) -> bool:
         return self.name == "None"
+
+    def facts(self) -> Facts:
+        return Facts(types=frozenset({JSON_NAMES[self.name]}), null=self.name == "None")
 
 
 @dataclass(frozen=True)
 class AnyType(Node):
-    def annotation(self) -> str:
+    said: tuple[str, ...] = field(default=(), compare=False)
+
+    def spell(self) -> str:
         return "Any"
 
-    def imports(self) -> frozenset[str]:
+    def needs(self) -> frozenset[str]:
         return frozenset({"Any"})
 
 
 @dataclass(frozen=True)
 class LiteralType(Node):
     values: tuple[Any, ...]  # str, int, bool or None only: what `Literal` may hold
+    said: tuple[str, ...] = field(default=(), compare=False)
 
-    def annotation(self) -> str:
+    def spell(self) -> str:
         return "Literal[" + ", ".join(repr(v) for v in self.values) + "]"
 
-    def imports(self) -> frozenset[str]:
+    def needs(self) -> frozenset[str]:
         return frozenset({"Literal"})
 
-    def nullable(self) -> bool:
+    def holds_none(self) -> bool:
         return None in self.values
+
+    def facts(self) -> Facts:
+        return Facts(enum=self.values)
+
+
+@dataclass(frozen=True)
+class Choices(Node):
+    """An enum `Literal` cannot hold (floats, objects): the signature keeps the type, the text lists the choices."""
+
+    kind: Node  # a Scalar, or Any
+    values: tuple[Any, ...]
+    said: tuple[str, ...] = field(default=(), compare=False)
+
+    def signature(self) -> Node:
+        return self.kind
+
+    def own_text(self) -> list[str]:
+        return [f"one of: {_compact(list(self.values))}"]
+
+    def facts(self) -> Facts:
+        return Facts(enum=self.values)
 
 
 @dataclass(frozen=True)
 class ListType(Node):
     item: Node
+    in_order: str | None = field(default=None, compare=False)  # prefixItems no tuple can spell, as text
+    said: tuple[str, ...] = field(default=(), compare=False)
 
-    def annotation(self) -> str:
-        return f"list[{self.item.annotation()}]"
+    def signature(self) -> Node:
+        return ListType(_element(self.item.signature()))
 
-    def imports(self) -> frozenset[str]:
-        return self.item.imports()
+    def inner_text(self) -> list[str]:
+        return self.item.text()
 
-    def structured(self) -> bool:
-        return self.item.structured()
+    def own_text(self) -> list[str]:
+        return [f"items in order: {self.in_order}"] if self.in_order is not None else []
+
+    def hint(self, classes: Classes, name: str) -> Node:
+        return ListType(_element(self.item.hint(classes, _singular(name))))
+
+    def facts(self) -> Facts:
+        item = self.item.facts().types - {"null"}
+        return Facts(types=frozenset({"array"}), items=item or None)
+
+    def spell(self) -> str:
+        return f"list[{self.item.spell()}]"
+
+    def needs(self) -> frozenset[str]:
+        return self.item.needs()
+
+    def has_fields(self) -> bool:
+        return self.item.has_fields()
 
 
 @dataclass(frozen=True)
 class TupleType(Node):
     items: tuple[Node, ...]  # two or more: get_json_schema rejects tuple[A]
+    said: tuple[str, ...] = field(default=(), compare=False)
 
-    def annotation(self) -> str:
-        return "tuple[" + ", ".join(i.annotation() for i in self.items) + "]"
+    def signature(self) -> Node:
+        return TupleType(tuple(_element(i.signature()) for i in self.items))
 
-    def imports(self) -> frozenset[str]:
-        return frozenset().union(*(i.imports() for i in self.items))
+    def inner_text(self) -> list[str]:
+        return [note for i in self.items for note in i.text()]
 
-    def structured(self) -> bool:
-        return any(i.structured() for i in self.items)
+    def hint(self, classes: Classes, name: str) -> Node:
+        return TupleType(tuple(_element(i.hint(classes, _singular(name))) for i in self.items))
+
+    def facts(self) -> Facts:
+        return Facts(types=frozenset({"array"}))
+
+    def spell(self) -> str:
+        return "tuple[" + ", ".join(i.spell() for i in self.items) + "]"
+
+    def needs(self) -> frozenset[str]:
+        return frozenset().union(*(i.needs() for i in self.items))
+
+    def has_fields(self) -> bool:
+        return any(i.has_fields() for i in self.items)
 
 
 @dataclass(frozen=True)
 class DictType(Node):
     value: Node
     fields: bool = False  # an object with properties, shown to the model as text
+    said: tuple[str, ...] = field(default=(), compare=False)
 
-    def annotation(self) -> str:
-        return f"dict[str, {self.value.annotation()}]"
+    def signature(self) -> Node:
+        return DictType(_element(self.value.signature()), self.fields)
 
-    def imports(self) -> frozenset[str]:
-        return self.value.imports()
+    def inner_text(self) -> list[str]:
+        return self.value.text()
 
-    def structured(self) -> bool:
-        return self.fields or self.value.structured()
+    def hint(self, classes: Classes, name: str) -> Node:
+        return DictType(_element(self.value.hint(classes, name)), self.fields)
+
+    def facts(self) -> Facts:
+        return Facts(types=frozenset({"object"}))
+
+    def spell(self) -> str:
+        return f"dict[str, {self.value.spell()}]"
+
+    def needs(self) -> frozenset[str]:
+        return self.value.needs()
+
+    def has_fields(self) -> bool:
+        return self.fields or self.value.has_fields()
+
+
+@dataclass(frozen=True)
+class Field:
+    wire: str
+    required: bool
+    type: Node
+
+
+@dataclass(frozen=True)
+class ObjectType(Node):
+    """An object with properties: `dict[str, Any]` in the signature (its fields described in the argument's text),
+    a TypedDict class for type checkers, one per `$ref` or per distinct inline shape."""
+
+    fields: tuple[Field, ...]
+    key: str  # the $ref it came from, or its schema's JSON: one class per key
+    title: str  # names the class: its title, else its $ref's last part, else the argument or field
+    shown: str  # the fields as the argument's text shows them (theirs whole: no text of their own)
+    said: tuple[str, ...] = field(default=(), compare=False)
+
+    def signature(self) -> Node:
+        return DictType(AnyType(), fields=True)
+
+    def own_text(self) -> list[str]:
+        return [f"object: {self.shown}"]
+
+    def hint(self, classes: Classes, name: str) -> Node:
+        return classes.define(self, name)
+
+    def facts(self) -> Facts:
+        return Facts(types=frozenset({"object"}))
+
+
+@dataclass(frozen=True)
+class Recursive(Node):
+    """A `$ref` to a schema it is inside of: any value in the signature, the enclosing class for type checkers."""
+
+    ref: str
+
+    def signature(self) -> Node:
+        return AnyType()
+
+    def hint(self, classes: Classes, name: str) -> Node:
+        named = classes.named(self.ref)
+        return Named(named) if named else AnyType()
+
+
+@dataclass(frozen=True)
+class Named(Node):
+    """A TypedDict class defined by the module (type checkers only)."""
+
+    name: str
+
+    def spell(self) -> str:
+        return self.name
+
+    def has_fields(self) -> bool:
+        return True
 
 
 @dataclass(frozen=True)
 class UnionType(Node):
     members: tuple[Node, ...]
 
-    def annotation(self) -> str:
-        return " | ".join(m.annotation() for m in self.members)
+    def spell(self) -> str:
+        return " | ".join(m.spell() for m in self.members)
 
-    def imports(self) -> frozenset[str]:
-        return frozenset().union(*(m.imports() for m in self.members))
+    def needs(self) -> frozenset[str]:
+        return frozenset().union(*(m.needs() for m in self.members))
 
-    def nullable(self) -> bool:
-        return any(m.nullable() for m in self.members)
+    def holds_none(self) -> bool:
+        return any(m.holds_none() for m in self.members)
 
-    def structured(self) -> bool:
-        return any(m.structured() for m in self.members)
+    def has_fields(self) -> bool:
+        return any(m.has_fields() for m in self.members)
+
+
+@dataclass(frozen=True)
+class Alternatives(Node):
+    """`anyOf`/`oneOf` branches, or a list of types, as the schema gives them; `union()` makes each view of them."""
+
+    members: tuple[Node, ...]
+    branches: bool = True  # anyOf/oneOf; False: `"type": [...]`, which declares its types at this level
+    exactly_one: bool = False  # oneOf of two or more non-null alternatives: the text says so
+    said: tuple[str, ...] = field(default=(), compare=False)
+
+    def signature(self) -> Node:
+        return union([m.signature() for m in self.members])
+
+    def inner_text(self) -> list[str]:
+        return [note for m in self.members for note in m.text()] if self.branches else []
+
+    def own_text(self) -> list[str]:
+        return ["exactly one of the alternatives"] if self.exactly_one else []
+
+    def hint(self, classes: Classes, name: str) -> Node:
+        return union([m.hint(classes, name) for m in self.members])
+
+    def facts(self) -> Facts:
+        """As one level: the members' own types (a member's branches are not looked into), the last choices."""
+        found = [m.facts() for m in self.members if not (isinstance(m, Alternatives) and m.branches)]
+        enums = [f.enum for f in found if f.enum is not None]
+        kept = [m for m in self.members if m != Scalar("None")]
+        return Facts(types=frozenset().union(*(f.types for f in found)), enum=enums[-1] if enums else None,
+                     null=any(f.null for f in found),
+                     items=kept[0].facts().items if len(kept) == 1 else None)
+
+
+JSON_NAMES = {v: k for k, v in SCALARS.items()}
 
 
 def union(members: list[Node]) -> Node:
@@ -192,79 +419,95 @@ class Converter:
             node = node[part]
         return node if isinstance(node, dict) else None
 
-    def convert(self, node: Any, notes: list[str], seen: tuple[str, ...] = (), depth: int = 0) -> Node:
-        """The annotation node for `node`; what it cannot express is appended to `notes`."""
+    def convert(self, node: Any, seen: tuple[str, ...] = (), depth: int = 0) -> Node:
+        """The node for `node`."""
+        own = node.get("$ref") if isinstance(node, dict) else None
+        recursive = Recursive(own) if isinstance(own, str) and own in seen else None  # a $ref it is inside of
         if depth > MAX_TYPE_DEPTH:  # an annotation this deep says nothing to a model, and Python cannot parse ~200
             if not self.cuts:
                 self.warnings.append(f"types nested deeper than {MAX_TYPE_DEPTH} levels are any value there")
             self.cuts += 1
-            return AnyType()
-        s, seen = self.resolve(node, seen)
+            return recursive or AnyType()
+        if recursive:
+            return recursive
+        s, after = self.resolve(node, seen)
         if not isinstance(s, dict):
             if s is not True:
                 self.warnings.append(f"schema {s!r} is not an object, treated as any value")
             return AnyType()
-        notes.extend(f"{k}: {_compact(s[k])}" for k in CONSTRAINTS if k in s)
+        ref = after[-1] if len(after) > len(seen) else None  # the $ref this schema came from: one class per $ref
+        said = tuple(f"{k}: {_compact(s[k])}" for k in CONSTRAINTS if k in s)
+        shape = self.shape(s, after, depth, ref)
+        return replace(cast(Any, shape), said=said) if said else shape  # every shape node is a dataclass
+
+    def shape(self, s: dict[str, Any], seen: tuple[str, ...], depth: int, ref: str | None) -> Node:
         if "const" in s:
-            return self.literal([s["const"]], s, notes)
+            return self.literal([s["const"]])
         if isinstance(s.get("enum"), list) and s["enum"]:
-            return self.literal(s["enum"], s, notes)
+            return self.literal(s["enum"])
         for key in ("anyOf", "oneOf"):
             if isinstance(s.get(key), list) and s[key]:
                 # Keys beside the alternatives apply to each of them: {"type": "string", "anyOf": [{"format": ...}]}
                 shared = {k: v for k, v in s.items() if k in SHAPE_KEYS}
-                members = [self.convert({**shared, **b} if shared and isinstance(b, dict) else b, notes, seen,
-                                        depth + 1) for b in s[key]]
-                if key == "oneOf" and len([m for m in members if m != Scalar("None")]) > 1:
-                    notes.append("exactly one of the alternatives")
-                return union(members)
+                members = tuple(self.convert({**shared, **b} if shared and isinstance(b, dict) else b, seen,
+                                             depth + 1) for b in s[key])
+                one = key == "oneOf" and len([m for m in members if m.signature() != Scalar("None")]) > 1
+                return Alternatives(members, exactly_one=one)
         t = s.get("type")
         if isinstance(t, list):
-            return union([self.convert({**s, "type": x}, [], seen, depth + 1) for x in t] or [AnyType()])
+            return Alternatives(tuple(self.convert({**s, "type": x}, seen, depth + 1) for x in t) or (AnyType(),),
+                                branches=False)
         if t in SCALARS:
             return Scalar(SCALARS[t])
         if t == "array" or (t is None and ("items" in s or "prefixItems" in s)):
-            return self.array(s, notes, seen, depth)
+            return self.array(s, seen, depth)
         if t == "object" or (t is None and ("properties" in s or "additionalProperties" in s)):
-            return self.object(s, notes, seen, depth)
+            return self.object(s, seen, depth, ref)
         if t is not None:
             self.warnings.append(f"unknown type {t!r}, treated as any value")
         return AnyType()
 
-    def literal(self, values: list[Any], s: dict[str, Any], notes: list[str]) -> Node:
+    def literal(self, values: list[Any]) -> Node:
         if all(v is None or isinstance(v, (str, bool, int)) for v in values):
             return LiteralType(_distinct(values))
         # Literal cannot hold floats or objects: keep the type, list the choices in text.
-        notes.append(f"one of: {_compact(values)}")
         kinds = {SCALARS.get(_json_type(v), "Any") for v in values}
-        return Scalar(kinds.pop()) if len(kinds) == 1 and "Any" not in kinds else AnyType()
+        kind = Scalar(kinds.pop()) if len(kinds) == 1 and "Any" not in kinds else AnyType()
+        return Choices(kind, tuple(values))
 
-    def array(self, s: dict[str, Any], notes: list[str], seen: tuple[str, ...], depth: int = 0) -> Node:
+    def array(self, s: dict[str, Any], seen: tuple[str, ...], depth: int = 0) -> Node:
         prefix = s.get("prefixItems")
         if isinstance(prefix, list) and len(prefix) >= 2 and s.get("items") in (None, False):
-            return TupleType(tuple(_element(self.convert(p, notes, seen, depth + 1)) for p in prefix))
+            return TupleType(tuple(self.convert(p, seen, depth + 1) for p in prefix))
         if isinstance(prefix, list) and prefix:
-            notes.append(f"items in order: {_compact(self.plain(prefix, seen))}")
-            return ListType(AnyType())
+            return ListType(AnyType(), in_order=_compact(self.plain(prefix, seen)))
         items = s.get("items")
         if items is None or items is True or items == {}:
             return ListType(AnyType())
-        return ListType(_element(self.convert(items, notes, seen, depth + 1)))
+        return ListType(self.convert(items, seen, depth + 1))
 
-    def object(self, s: dict[str, Any], notes: list[str], seen: tuple[str, ...], depth: int = 0) -> Node:
+    def object(self, s: dict[str, Any], seen: tuple[str, ...], depth: int = 0, ref: str | None = None) -> Node:
         props = s.get("properties")
         extra = s.get("additionalProperties")
         if isinstance(props, dict) and props:
-            fields = {"properties": self.plain(props, seen)}
+            shown = {"properties": self.plain(props, seen)}
             if s.get("required"):
-                fields["required"] = s["required"]
+                shown["required"] = s["required"]
             if extra is False:
-                fields["additionalProperties"] = False
-            notes.append(f"object: {_compact(fields, MAX_NOTE)}")
-            return DictType(AnyType(), fields=True)
+                shown["additionalProperties"] = False
+            return ObjectType(self.fields(s, seen, depth), ref or json.dumps(s, sort_keys=True, default=str),
+                              _title(s, ref), _compact(shown, MAX_NOTE))
         if isinstance(extra, dict) and extra:
-            return DictType(_element(self.convert(extra, notes, seen, depth + 1)))
+            return DictType(self.convert(extra, seen, depth + 1))
         return DictType(AnyType())
+
+    def fields(self, s: dict[str, Any], seen: tuple[str, ...], depth: int) -> tuple[Field, ...]:
+        """An object's fields, for its TypedDict only: what they would warn of is not the argument's (the text
+        shows the fields whole)."""
+        inner = Converter(root=self.root)
+        required = s["required"] if isinstance(s.get("required"), list) else []
+        return tuple(Field(wire, wire in required, inner.convert(prop, seen, depth + 1))
+                     for wire, prop in s["properties"].items())
 
     def plain(self, node: Any, seen: tuple[str, ...], depth: int = 0) -> Any:
         """`node` with refs inlined (recursion cut) and titles dropped: the text form of a nested schema."""
@@ -288,6 +531,20 @@ class Converter:
             else:
                 out[k] = self.plain(v, seen, depth + 1)
         return out
+
+
+def _title(s: dict[str, Any], ref: str | None) -> str:
+    title = s.get("title") if isinstance(s.get("title"), str) else ""
+    return title or (ref.rsplit("/", 1)[-1] if ref else "")
+
+
+def _singular(name: str) -> str:
+    """The name of a list's items: `edits` -> `edit`, `entries` -> `entry`; otherwise `<name>_item`."""
+    if name.endswith("ies") and len(name) > 3:
+        return name[:-3] + "y"
+    if name.endswith("s") and not name.endswith(("ss", "us", "is")) and len(name) > 1:
+        return name[:-1]
+    return f"{name}_item"
 
 
 def _distinct(values: list[Any]) -> tuple[Any, ...]:

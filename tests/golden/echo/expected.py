@@ -50,6 +50,8 @@ ENV: str | None = "echo"
 SPLIT = "train"
 BUILD_SHA: str | None = None  # the server's build when generated (GET /version), if it reports one
 ASYNC_TOOLS = False  # tool methods are coroutines: TRL runs the calls of one message concurrently
+# The options it was generated with ([tool.orsgen] keys): `orsgen THIS_FILE` regenerates it with them.
+ORSGEN_OPTIONS: dict[str, Any] = {"target": "tools.json", "env": "echo"}
 SNAPSHOT_SHA256 = "a7ddb926c8869efb9d289e4e596ee32a9027866e0c9785e2c84d613947818265"
 SNAPSHOT: dict[str, Any] = {
     "env": "echo",

@@ -53,6 +53,8 @@ ENV: str | None = "hostile"
 SPLIT = "train"
 BUILD_SHA: str | None = None  # the server's build when generated (GET /version), if it reports one
 ASYNC_TOOLS = False  # tool methods are coroutines: TRL runs the calls of one message concurrently
+# The options it was generated with ([tool.orsgen] keys): `orsgen THIS_FILE` regenerates it with them.
+ORSGEN_OPTIONS: dict[str, Any] = {"target": "tools.json", "env": "hostile"}
 SNAPSHOT_SHA256 = "fb149ed8c852bccd950703cf0e7d3a0fe928cd1add50c1ff9dec664276d9689f"
 SNAPSHOT: dict[str, Any] = {
     "env": "hostile",

@@ -53,6 +53,8 @@ ENV: str | None = "filesystem"
 SPLIT = "train"
 BUILD_SHA: str | None = None  # the server's build when generated (GET /version), if it reports one
 ASYNC_TOOLS = False  # tool methods are coroutines: TRL runs the calls of one message concurrently
+# The options it was generated with ([tool.orsgen] keys): `orsgen THIS_FILE` regenerates it with them.
+ORSGEN_OPTIONS: dict[str, Any] = {"target": "tools.json", "env": "filesystem"}
 SNAPSHOT_SHA256 = "33ef695ec270acd968b39d1c3d602665a954a601e1d6b11c7153d56ed4011545"
 SNAPSHOT: dict[str, Any] = {
     "env": "filesystem",

@@ -52,6 +52,8 @@ ENV: str | None = "quest"
 SPLIT = "train"
 BUILD_SHA: str | None = None  # the server's build when generated (GET /version), if it reports one
 ASYNC_TOOLS = False  # tool methods are coroutines: TRL runs the calls of one message concurrently
+# The options it was generated with ([tool.orsgen] keys): `orsgen THIS_FILE` regenerates it with them.
+ORSGEN_OPTIONS: dict[str, Any] = {"target": "tools.json", "env": "quest"}
 SNAPSHOT_SHA256 = "1117e02266d2c49434be3231583d80acc1e75acb1c4b5977db0ac91360ad18b1"
 SNAPSHOT: dict[str, Any] = {
     "env": "quest",

@@ -52,6 +52,8 @@ ENV: str | None = "quest"
 SPLIT = "train"
 BUILD_SHA: str | None = None  # the server's build when generated (GET /version), if it reports one
 ASYNC_TOOLS = False  # tool methods are coroutines: TRL runs the calls of one message concurrently
+# The options it was generated with ([tool.orsgen] keys): `orsgen THIS_FILE` regenerates it with them.
+ORSGEN_OPTIONS: dict[str, Any] = {"target": "tools.json", "env": "quest"}
 SNAPSHOT_SHA256 = "3a8b31d5102d0e6250006467ccd8fb85847700f1e80bb8363e0139d53e966839"
 SNAPSHOT: dict[str, Any] = {
     "env": "quest",

@@ -53,6 +53,8 @@ ENV: str | None = "rich"
 SPLIT = "train"
 BUILD_SHA: str | None = None  # the server's build when generated (GET /version), if it reports one
 ASYNC_TOOLS = False  # tool methods are coroutines: TRL runs the calls of one message concurrently
+# The options it was generated with ([tool.orsgen] keys): `orsgen THIS_FILE` regenerates it with them.
+ORSGEN_OPTIONS: dict[str, Any] = {"target": "tools.json", "env": "rich"}
 SNAPSHOT_SHA256 = "9da89c081e58720bbc719b2c8170ab204c284185f61d9aca3effefcb526925be"
 SNAPSHOT: dict[str, Any] = {
     "env": "rich",
