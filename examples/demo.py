@@ -40,21 +40,17 @@ def load_module(path: Path) -> ModuleType:
 
 
 def recording(adapter_class: type) -> type:
-    """A subclass that logs every tool call the trainer makes; its tools are exactly the adapter's."""
+    """A subclass whose tool calls are logged in `calls` through the runtime's tool_call hook; its tools are exactly
+    the adapter's."""
+    from orsgen.runtime import hooks
 
     class Recording(adapter_class):  # type: ignore[misc, valid-type]
-        calls: ClassVar[list[tuple[str, dict[str, Any], str]]] = []
+        calls: ClassVar[list[tuple[str, dict[str, Any], Any]]] = []
 
-        def _call(self, name: str, arguments: dict[str, Any]) -> str:
-            try:
-                result = super()._call(name, arguments)
-            except Exception as exc:
-                result = f"error: {exc}"
-                raise
-            finally:
-                Recording.calls.append((name, arguments, result))
-            return result
+    def record(call: hooks.ToolCall) -> None:
+        Recording.calls.append((call.name, call.arguments, call.result if call.error is None else f"error: {call.error}"))
 
+    hooks.add("tool_call", record, Recording)
     Recording.__name__ = Recording.__qualname__ = adapter_class.__name__
     return Recording
 

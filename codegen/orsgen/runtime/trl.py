@@ -260,3 +260,20 @@ def _in_range(found: str) -> bool:
         digits = "".join(ch for ch in piece if ch.isdigit())
         parts.append(int(digits or 0))
     return RANGE[0] <= (parts[0], parts[1] if len(parts) > 1 else 0) < RANGE[1]
+
+
+def trainer_of(callback: Any) -> Any | None:
+    """The trainer calling `callback` (a TrainerCallback gets no trainer): the first `self` up the stack whose
+    callback handler holds it. EpisodeMetrics writes into that trainer's `_metrics[mode]`, the window of figures
+    GRPOTrainer and AsyncGRPOTrainer gather, average over the logging window and log (with "eval_" in evaluation)."""
+    frame: Any = sys._getframe(1)
+    for _ in range(_DEPTH):
+        if frame is None:
+            return None
+        owner = frame.f_locals.get("self") if frame.f_code.co_varnames[:1] == ("self",) else None
+        handler = getattr(owner, "callback_handler", None)
+        if any(c is callback for c in getattr(handler, "callbacks", ())) and isinstance(
+                getattr(owner, "_metrics", None), dict):
+            return owner
+        frame = frame.f_back
+    return None
