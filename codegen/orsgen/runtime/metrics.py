@@ -11,6 +11,7 @@ it is. Nothing here sends a request to the environment.
 
 from __future__ import annotations
 
+import logging
 import threading
 import weakref
 from dataclasses import dataclass, field, fields
@@ -18,7 +19,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from orsgen.runtime import ahead, hooks, trl
+from orsgen.runtime import ahead, client, hooks, trl
 
 PREFIX = "orsgen/"
 _SENTINEL = PREFIX + "episodes"  # absent from `_metrics[mode]`: TRL logged the window and cleared it
@@ -125,6 +126,8 @@ class EpisodeMetrics(TrainerCallback):  # type: ignore[misc]
         return "train" if training else "eval"
 
     def _seen(self, event: str, record: Any) -> None:
+        if self._trainer is None:  # before the trainer was built (dataset(prompts=True), a look by hand)
+            return
         with self._lock:
             if event == "episode_end":
                 c = self._since[self._mode(record.stream)]
@@ -158,6 +161,9 @@ class EpisodeMetrics(TrainerCallback):  # type: ignore[misc]
     def on_init_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._find()
 
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._find()  # a callback added after the trainer was built (trainer.add_callback)
+
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._flush("train")
 
@@ -166,7 +172,9 @@ class EpisodeMetrics(TrainerCallback):  # type: ignore[misc]
 
     def _flush(self, mode: str) -> None:
         trainer = self._find()
-        if trainer is None:
+        if trainer is None or not isinstance(getattr(trainer, "_metrics", None), dict):
+            client.once("metrics-off", logging.WARNING, "orsgen: EpisodeMetrics logs nothing: %s", "no trainer calls it"
+                        if trainer is None else f"{type(trainer).__name__} has no _metrics (TRL's GRPO trainers do)")
             return
         with self._lock:
             mine, self._since[mode] = self._since[mode], _Counts()

@@ -272,8 +272,7 @@ def trainer_of(callback: Any) -> Any | None:
             return None
         owner = frame.f_locals.get("self") if frame.f_code.co_varnames[:1] == ("self",) else None
         handler = getattr(owner, "callback_handler", None)
-        if any(c is callback for c in getattr(handler, "callbacks", ())) and isinstance(
-                getattr(owner, "_metrics", None), dict):
+        if any(c is callback for c in getattr(handler, "callbacks", ())):
             return owner
         frame = frame.f_back
     return None
