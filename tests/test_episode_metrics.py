@@ -127,3 +127,53 @@ def test_two_ranks_log_the_sums_of_both(server_and_module, tmp_path):
     assert [(f["unscored/not_started"], f["unscored/stale_prompt"]) for f in train[0]] == [(2, 0), (0, 2)]
     evals = logged(reports[0]["log_history"], "eval_orsgen/")
     assert len(evals) == 1 and evals[0]["episodes"] == 4 and evals[0]["starts"] == windows[2]["test"]["starts"] == 4
+
+
+def test_environment_owned_data_evaluates_on_the_test_split(tmp_path):
+    """No train_dataset: training draws tasks from the train split's order; an eval_dataset of placeholder rows
+    naming the test split draws from the order's evaluation stream on that split, the same tasks every pass, and
+    leaves training's positions alone."""
+    from datasets import Dataset
+    from orsgen.runtime.tasks import Order
+    from orsgen.runtime.trl import Slot
+    from trl import GRPOTrainer
+
+    from examples import tiny
+    from examples.demo import tool_methods
+    from tests.harness.owned_data import first_turn
+
+    with serve.running("examples.echo:Echo", env={"ORSGEN_COUNT_REQUESTS": "1"}) as server:
+        out = tmp_path / "echo_owned.py"
+        assert orsgen(server.url, "-o", str(out)).returncode == 0
+        module = load(out)
+        tok = tiny.tokenizer([tiny.conversation("Echo the word apple", "echo", {"text": "apple"}, "apple")],
+                             tool_methods(module.Echo()))
+        placeholders = Dataset.from_dict({"prompt": [[{"role": "user", "content": ""}]] * 2, "split": ["test"] * 2})
+        trainer = GRPOTrainer(
+            model=tiny.model(tok),
+            processing_class=tok,
+            args=tiny.grpo_config(str(tmp_path / "out"), 2, max_tool_calling_iterations=1,
+                                  per_device_train_batch_size=4, num_generations=2, per_device_eval_batch_size=4,
+                                  eval_strategy="steps", eval_steps=1),
+            eval_dataset=placeholders,
+            environment_factory=module.Echo,
+            rollout_func=tiny.scripted_rollouts(first_turn),
+            callbacks=[module.EpisodeMetrics()],
+        )
+        trainer.train()
+        module.close_all()
+        creates = [c["body"] for c in server.creates()]
+        sizes = {split: len(module.dataset(split=split)) for split in ("train", "test")}
+    order = Order()  # what a fresh run computes: the positions training and evaluation draw from
+    train = [order.task("train", sizes["train"], 0, Slot("train", p, 2)) for p in range(4)]
+    evaluated = sorted(order.task("test", sizes["test"], 0, Slot("eval", p, 2)) for p in range(2))
+    train_creates = [c["index"] for c in creates if c["split"] == "train"]
+    test_creates = [c["index"] for c in creates if c["split"] == "test"]
+    # step 1's 4 rollouts, an evaluation pass, step 2's, another pass: 2 rollouts per group
+    assert sorted(train_creates[:4]) == sorted(train[:2] * 2) and sorted(train_creates[4:]) == sorted(train[2:] * 2)
+    assert sorted(test_creates[:4]) == sorted(test_creates[4:]) == sorted(evaluated * 2)
+    history = trainer.state.log_history
+    assert [e["orsgen/episodes"] for e in history if "orsgen/episodes" in e] == [4, 4]
+    assert [e["orsgen/starts"] for e in history if "orsgen/starts" in e] == [4, 4]
+    assert [(e["eval_orsgen/episodes"], e["eval_orsgen/starts"], e["eval_orsgen/scored_fraction"], e["eval_reward"])
+            for e in history if "eval_orsgen/episodes" in e] == [(4, 4, 1.0, 1.0)] * 2
