@@ -90,6 +90,17 @@ def _sessions_open() -> int:
     return held + sum(len(q) for a in list(ahead._every) for q in list(a.waiting.values()))
 
 
+def _silent(trainer: Any | None) -> str | None:
+    """Why the figures cannot reach this trainer's logs, if they cannot."""
+    if trainer is None:
+        return "no trainer calls it"
+    if not isinstance(getattr(trainer, "_metrics", None), dict):
+        return f"{type(trainer).__name__} has no _metrics (TRL's GRPO trainers do)"
+    if trl.rollouts_elsewhere(trainer):
+        return f"{type(trainer).__name__} runs its rollouts in another process, out of the callback's sight"
+    return None
+
+
 class EpisodeMetrics(TrainerCallback):  # type: ignore[misc]
     """Adds the ``orsgen/...`` figures (README: "Episode metrics") to the trainer's logs, for training and (as
     ``eval_orsgen/...``) evaluation, summed over every rank. One per trainer: ``callbacks=[EpisodeMetrics()]``."""
@@ -172,9 +183,9 @@ class EpisodeMetrics(TrainerCallback):  # type: ignore[misc]
 
     def _flush(self, mode: str) -> None:
         trainer = self._find()
-        if trainer is None or not isinstance(getattr(trainer, "_metrics", None), dict):
-            client.once("metrics-off", logging.WARNING, "orsgen: EpisodeMetrics logs nothing: %s", "no trainer calls it"
-                        if trainer is None else f"{type(trainer).__name__} has no _metrics (TRL's GRPO trainers do)")
+        why = _silent(trainer)
+        if trainer is None or why is not None:
+            client.once("metrics-off", logging.WARNING, "orsgen: EpisodeMetrics logs nothing: %s", why)
             return
         with self._lock:
             mine, self._since[mode] = self._since[mode], _Counts()
