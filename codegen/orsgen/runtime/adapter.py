@@ -16,7 +16,7 @@ import re
 import threading
 import time
 import weakref
-from collections.abc import Coroutine, Mapping
+from collections.abc import Coroutine, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from orsgen.runtime import ahead, client, hooks, trl
@@ -434,18 +434,13 @@ class Adapter:
     # parts, which TRL takes too.
     def _call(self, name: str, arguments: dict[str, Any]) -> str:
         session = self._session if self._opening is None else self._settle(self._opening)
-        began = time.perf_counter()
-        try:
+        with self._reporting(name, arguments) as result:
             session = self._usable(name, session)
             try:
-                result = self._record(client.loop().run(session.call_tool(name, _payload(arguments)), "tool"))
+                result.append(self._record(client.loop().run(session.call_tool(name, _payload(arguments)), "tool")))
             except _failures_types() as exc:
                 raise _tool_error(name, exc) from None
-        except ToolError as exc:
-            self._emit_call(name, arguments, began, None, exc)
-            raise
-        self._emit_call(name, arguments, began, result, None)
-        return result
+        return result[0]
 
     async def _acall(self, name: str, arguments: dict[str, Any]) -> str:
         """`_call` for `async def` tools: awaits on the caller's loop (never blocking it) while the runtime's loop
@@ -456,22 +451,28 @@ class Adapter:
             with contextlib.suppress(Exception):  # settled below, with the one message for it
                 await asyncio.wait_for(asyncio.wrap_future(opening), client.timeout("reset"))
             session = self._settle(opening)
-        began = time.perf_counter()
-        try:
+        with self._reporting(name, arguments) as result:
             session = self._usable(name, session)
             limit = client.timeout("tool")
             future = client.loop().submit(asyncio.wait_for(session.call_tool(name, _payload(arguments)), limit))
             try:
-                result = self._record(await asyncio.wrap_future(future))
+                result.append(self._record(await asyncio.wrap_future(future)))
             except TimeoutError:
                 raise ToolError(f"{name} failed: no answer within {limit:g}s (ORSGEN_TOOL_TIMEOUT)") from None
             except _failures_types() as exc:
                 raise _tool_error(name, exc) from None
+        return result[0]
+
+    @contextlib.contextmanager
+    def _reporting(self, name: str, arguments: dict[str, Any]) -> Iterator[list[Any]]:
+        """Times a tool call and reports it (tool_call hook) with the result put in the list, or its ToolError."""
+        began, result = time.perf_counter(), list[Any]()
+        try:
+            yield result
         except ToolError as exc:
             self._emit_call(name, arguments, began, None, exc)
             raise
-        self._emit_call(name, arguments, began, result, None)
-        return result
+        self._emit_call(name, arguments, began, result[0], None)
 
     def _settle(self, opening: concurrent.futures.Future[Any]) -> AsyncSession | None:
         """The session opened in the background (the first call waits, bounded); a failure or a stale prompt voids
