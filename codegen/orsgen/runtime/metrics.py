@@ -106,7 +106,7 @@ class EpisodeMetrics(TrainerCallback):  # type: ignore[misc]
     ``eval_orsgen/...``) evaluation, summed over every rank. One per trainer: ``callbacks=[EpisodeMetrics()]``."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # re-entered when garbage collection closes an adapter inside _seen
         self._since: dict[str, _Counts] = {"train": _Counts(), "eval": _Counts()}  # this rank, since the last flush
         self._window: dict[str, _Counts] = {"train": _Counts(), "eval": _Counts()}  # every rank, this log window
         self._ahead_seen = _ahead_counts()
