@@ -1,6 +1,7 @@
 """What episode metrics must count (issue 18): split train has a normal task (0), one that never starts (1), one
 whose first start fails (2) and one whose live prompt changes with every session (3: a pinned prompt goes stale);
-split test has two normal tasks. `answer` scores 1.0 and finishes the episode; `fumble` always fails.
+split test has two normal tasks. `answer` scores 1.0 and finishes the episode; `fumble` raises (the SDK then ends
+the session).
 
 Start attempts are counted per task in the server process (class-level), so "first start" means the server's first.
 """
