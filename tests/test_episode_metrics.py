@@ -177,3 +177,37 @@ def test_environment_owned_data_evaluates_on_the_test_split(tmp_path):
     assert [e["orsgen/starts"] for e in history if "orsgen/starts" in e] == [4, 4]
     assert [(e["eval_orsgen/episodes"], e["eval_orsgen/starts"], e["eval_orsgen/scored_fraction"], e["eval_reward"])
             for e in history if "eval_orsgen/episodes" in e] == [(4, 4, 1.0, 1.0)] * 2
+
+
+def test_a_logging_window_of_two_steps_sums_both(tmp_path):
+    """logging_steps=2: one row for both steps, its counts the sum of the two steps' (TRL averages the window's
+    values: each figure is written as the window's one value)."""
+    from trl import GRPOTrainer
+
+    from examples import tiny
+    from examples.demo import tool_methods
+    from tests.harness.owned_data import first_turn
+
+    with serve.running("examples.echo:Echo", env={"ORSGEN_COUNT_REQUESTS": "1"}) as server:
+        out = tmp_path / "echo_window.py"
+        assert orsgen(server.url, "-o", str(out)).returncode == 0
+        module = load(out)
+        tok = tiny.tokenizer([tiny.conversation("Echo the word apple", "echo", {"text": "apple"}, "apple")],
+                             tool_methods(module.Echo()))
+        trainer = GRPOTrainer(
+            model=tiny.model(tok),
+            processing_class=tok,
+            args=tiny.grpo_config(str(tmp_path / "out"), 2, max_tool_calling_iterations=1, logging_steps=2),
+            train_dataset=module.dataset(num_tasks=4),
+            environment_factory=module.Echo,
+            rollout_func=tiny.scripted_rollouts(first_turn),
+            callbacks=[module.EpisodeMetrics()],
+        )
+        trainer.train()
+        module.close_all()
+        created = len(server.creates())
+        calls = sum(e["request"].endswith("/call") for e in server.log())
+    rows = logged(trainer.state.log_history)
+    assert len(rows) == 1 and rows[0]["episodes"] == 16 and rows[0]["starts"] == created == 16
+    assert rows[0]["tool_calls_per_episode"] * rows[0]["episodes"] == calls == 16
+    assert (rows[0]["ahead/opened"], rows[0]["ahead/taken"], rows[0]["scored_fraction"]) == (14, 14, 1.0)
