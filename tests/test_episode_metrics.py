@@ -129,13 +129,11 @@ def test_two_ranks_log_the_sums_of_both(server_and_module, tmp_path):
     assert len(evals) == 1 and evals[0]["episodes"] == 4 and evals[0]["starts"] == windows[2]["test"]["starts"] == 4
 
 
-def test_environment_owned_data_evaluates_on_the_test_split(tmp_path):
-    """No train_dataset: training draws tasks from the train split's order; an eval_dataset of placeholder rows
-    naming the test split draws from the order's evaluation stream on that split, the same tasks every pass, and
-    leaves training's positions alone."""
-    from datasets import Dataset
-    from orsgen.runtime.tasks import Order
-    from orsgen.runtime.trl import Slot
+@pytest.fixture
+def echo_training(tmp_path):
+    """train(train_dataset=..., eval_dataset=..., **config) -> (trainer, module, server): GRPO on the echo
+    environment (served with request counting, adapter generated) with EpisodeMetrics and the scripted first turn;
+    the server is still up."""
     from trl import GRPOTrainer
 
     from examples import tiny
@@ -143,27 +141,44 @@ def test_environment_owned_data_evaluates_on_the_test_split(tmp_path):
     from tests.harness.owned_data import first_turn
 
     with serve.running("examples.echo:Echo", env={"ORSGEN_COUNT_REQUESTS": "1"}) as server:
-        out = tmp_path / "echo_owned.py"
+        out = tmp_path / "echo_metrics.py"
         assert orsgen(server.url, "-o", str(out)).returncode == 0
         module = load(out)
         tok = tiny.tokenizer([tiny.conversation("Echo the word apple", "echo", {"text": "apple"}, "apple")],
                              tool_methods(module.Echo()))
-        placeholders = Dataset.from_dict({"prompt": [[{"role": "user", "content": ""}]] * 2, "split": ["test"] * 2})
-        trainer = GRPOTrainer(
-            model=tiny.model(tok),
-            processing_class=tok,
-            args=tiny.grpo_config(str(tmp_path / "out"), 2, max_tool_calling_iterations=1,
-                                  per_device_train_batch_size=4, num_generations=2, per_device_eval_batch_size=4,
-                                  eval_strategy="steps", eval_steps=1),
-            eval_dataset=placeholders,
-            environment_factory=module.Echo,
-            rollout_func=tiny.scripted_rollouts(first_turn),
-            callbacks=[module.EpisodeMetrics()],
-        )
-        trainer.train()
-        module.close_all()
-        creates = [c["body"] for c in server.creates()]
-        sizes = {split: len(module.dataset(split=split)) for split in ("train", "test")}
+
+        def train(train_dataset=None, eval_dataset=None, **config):
+            trainer = GRPOTrainer(
+                model=tiny.model(tok),
+                processing_class=tok,
+                args=tiny.grpo_config(str(tmp_path / "out"), 2, max_tool_calling_iterations=1, **config),
+                train_dataset=train_dataset(module) if train_dataset else None,
+                eval_dataset=eval_dataset,
+                environment_factory=module.Echo,
+                rollout_func=tiny.scripted_rollouts(first_turn),
+                callbacks=[module.EpisodeMetrics()],
+            )
+            trainer.train()
+            module.close_all()
+            return trainer, module, server
+
+        yield train
+
+
+def test_environment_owned_data_evaluates_on_the_test_split(echo_training):
+    """No train_dataset: training draws tasks from the train split's order; an eval_dataset of placeholder rows
+    naming the test split draws from the order's evaluation stream on that split, the same tasks every pass, and
+    leaves training's positions alone."""
+    from datasets import Dataset
+    from orsgen.runtime.tasks import Order
+    from orsgen.runtime.trl import Slot
+
+    placeholders = Dataset.from_dict({"prompt": [[{"role": "user", "content": ""}]] * 2, "split": ["test"] * 2})
+    trainer, module, server = echo_training(eval_dataset=placeholders, per_device_train_batch_size=4,
+                                            num_generations=2, per_device_eval_batch_size=4, eval_strategy="steps",
+                                            eval_steps=1)
+    creates = [c["body"] for c in server.creates()]
+    sizes = {split: len(module.dataset(split=split)) for split in ("train", "test")}
     order = Order()  # what a fresh run computes: the positions training and evaluation draw from
     train = [order.task("train", sizes["train"], 0, Slot("train", p, 2)) for p in range(4)]
     evaluated = sorted(order.task("test", sizes["test"], 0, Slot("eval", p, 2)) for p in range(2))
@@ -179,34 +194,12 @@ def test_environment_owned_data_evaluates_on_the_test_split(tmp_path):
             for e in history if "eval_orsgen/episodes" in e] == [(4, 4, 1.0, 1.0)] * 2
 
 
-def test_a_logging_window_of_two_steps_sums_both(tmp_path):
+def test_a_logging_window_of_two_steps_sums_both(echo_training):
     """logging_steps=2: one row for both steps, its counts the sum of the two steps' (TRL averages the window's
     values: each figure is written as the window's one value)."""
-    from trl import GRPOTrainer
-
-    from examples import tiny
-    from examples.demo import tool_methods
-    from tests.harness.owned_data import first_turn
-
-    with serve.running("examples.echo:Echo", env={"ORSGEN_COUNT_REQUESTS": "1"}) as server:
-        out = tmp_path / "echo_window.py"
-        assert orsgen(server.url, "-o", str(out)).returncode == 0
-        module = load(out)
-        tok = tiny.tokenizer([tiny.conversation("Echo the word apple", "echo", {"text": "apple"}, "apple")],
-                             tool_methods(module.Echo()))
-        trainer = GRPOTrainer(
-            model=tiny.model(tok),
-            processing_class=tok,
-            args=tiny.grpo_config(str(tmp_path / "out"), 2, max_tool_calling_iterations=1, logging_steps=2),
-            train_dataset=module.dataset(num_tasks=4),
-            environment_factory=module.Echo,
-            rollout_func=tiny.scripted_rollouts(first_turn),
-            callbacks=[module.EpisodeMetrics()],
-        )
-        trainer.train()
-        module.close_all()
-        created = len(server.creates())
-        calls = sum(e["request"].endswith("/call") for e in server.log())
+    trainer, _, server = echo_training(lambda module: module.dataset(num_tasks=4), logging_steps=2)
+    created = len(server.creates())
+    calls = sum(e["request"].endswith("/call") for e in server.log())
     rows = logged(trainer.state.log_history)
     assert len(rows) == 1 and rows[0]["episodes"] == 16 and rows[0]["starts"] == created == 16
     assert rows[0]["tool_calls_per_episode"] * rows[0]["episodes"] == calls == 16
