@@ -288,11 +288,12 @@ GRPO_STEPS, GRPO_BATCH, GRPO_GROUP = 3, 8, 4  # 3 steps of 8 rollouts: 2 groups 
 GRPO_SMALL_GROUP = 2  # a second pass with smaller groups (4 of 2 per step): open-ahead has less to overlap
 
 
-def grpo_rows(group: int) -> tuple[str, str]:
-    """The row names of a GRPO pass: open-ahead on (orsgen's default), and off (the runtime before it)."""
+def grpo_rows(group: int) -> tuple[str, str, str]:
+    """The row names of a GRPO pass: open-ahead on (orsgen's default), off (the runtime before it), and on with the
+    EpisodeMetrics callback (its cost: the row next to the first)."""
     size = "" if group == GRPO_GROUP else f", groups of {group}"
     row = f"GRPO step ({GRPO_BATCH} rollouts{size}): environment time"
-    return row, row + ", orsgen open-ahead off"
+    return row, row + ", orsgen open-ahead off", row + ", orsgen with EpisodeMetrics"
 
 
 class EnvClock:
@@ -383,7 +384,8 @@ class GrpoRun:
         self.tasks = GRPO_STEPS * GRPO_BATCH // group  # the dataset is read in order: one task per group
 
     def train(self, train_dataset: Any, factory: Callable[[], Any], reward_funcs: Any,
-              ahead: Callable[[], dict[str, int]], close: Callable[[Any], None], settle_s: float) -> dict[str, Any]:
+              ahead: Callable[[], dict[str, int]], close: Callable[[Any], None], settle_s: float,
+              callbacks: tuple[Any, ...] = ()) -> dict[str, Any]:
         import torch
         from transformers import PrinterCallback, TrainerCallback
         from trl import GRPOTrainer
@@ -406,7 +408,7 @@ class GrpoRun:
         trainer = GRPOTrainer(model=tiny.model(self.tokenizer), processing_class=self.tokenizer, args=config,
                               train_dataset=train_dataset, environment_factory=timed_factory(factory, clock),
                               reward_funcs=reward_funcs, rollout_func=tiny.scripted_rollouts(_first_turn),
-                              callbacks=[Marks()])
+                              callbacks=[*callbacks, Marks()])
         clock.trainer = trainer
         trainer.remove_callback(PrinterCallback)  # the loss dicts it prints each step: noise here
         time.sleep(settle_s)
@@ -434,9 +436,9 @@ class GrpoRun:
 
 
 def run_orsgen(run: GrpoRun, adapter_path: Path, open_ahead: bool | str, settle_s: float,
-               owned: bool = False) -> dict[str, Any]:
+               owned: bool = False, metrics: bool = False) -> dict[str, Any]:
     """One training with orsgen's adapter: `open_ahead` as ORSGEN_OPEN_AHEAD (True, False, "next-step"); `owned`:
-    no train_dataset, the environment owns the data."""
+    no train_dataset, the environment owns the data; `metrics`: with the EpisodeMetrics callback."""
     module = load_module(adapter_path)  # a fresh copy per run, as a new training process would import it
     ahead = module.PINNED.ahead
     saved = os.environ.get("ORSGEN_OPEN_AHEAD")
@@ -444,7 +446,8 @@ def run_orsgen(run: GrpoRun, adapter_path: Path, open_ahead: bool | str, settle_
     try:
         return run.train(None if owned else module.dataset(num_tasks=run.tasks), module.Bench, None,
                          lambda: {"opened": ahead.opened, "taken": ahead.taken, "unused": ahead.unused},
-                         lambda trainer: module.close_all(), settle_s)
+                         lambda trainer: module.close_all(), settle_s,
+                         (module.EpisodeMetrics(),) if metrics else ())
     finally:
         if saved is None:
             os.environ.pop("ORSGEN_OPEN_AHEAD", None)
@@ -469,7 +472,9 @@ def run_trl(run: GrpoRun, url: str, settle_s: float) -> dict[str, Any]:
             spec._sdk_client.close()
 
 
-GRPO_SIDES = (("orsgen", True), ("orsgen, open-ahead off", False), ("TRL", None))
+# (name, open_ahead: None for TRL, EpisodeMetrics on)
+GRPO_SIDES = (("orsgen", True, False), ("orsgen, open-ahead off", False, False), ("TRL", None, False),
+              ("orsgen, EpisodeMetrics", True, True))
 
 
 def bench_grpo(rec: Recorder, server: BenchServer, url: str, adapter_path: Path, tokenizer: Any, workdir: Path,
@@ -478,22 +483,23 @@ def bench_grpo(rec: Recorder, server: BenchServer, url: str, adapter_path: Path,
     first step pays one-offs on both sides: connections, orsgen's drift check). Returns every run, for the JSON."""
     settle_s = 0.1 + 3 * latency_ms / 1000
     grpo = GrpoRun(server, tokenizer, workdir, group)
-    row_on, row_off = grpo_rows(group)
+    row_on, row_off, row_metrics = grpo_rows(group)
     done = []
     for r in range(runs):
-        for name, open_ahead in GRPO_SIDES[r % 3:] + GRPO_SIDES[:r % 3]:
+        turn = r % len(GRPO_SIDES)
+        for name, open_ahead, metrics in GRPO_SIDES[turn:] + GRPO_SIDES[:turn]:
             if open_ahead is None:
                 result = run_trl(grpo, url, settle_s)
             else:
-                result = run_orsgen(grpo, adapter_path, open_ahead, settle_s)
+                result = run_orsgen(grpo, adapter_path, open_ahead, settle_s, metrics=metrics)
             done.append({"side": name, "latency_ms": latency_ms, "num_generations": group, "run": r, **result})
             for step in result["steps"][1:]:
                 extra = {k: v for k, v in step.items() if k.startswith("ahead_") or k.endswith("_ms") and k != "env_ms"}
-                if open_ahead is None:  # one TRL measurement, the reference of both orsgen rows
-                    rec.add(row_on + tag, "TRL", step["env_ms"], step["requests"], extra)
-                    rec.add(row_off + tag, "TRL", step["env_ms"], step["requests"], extra)
+                if open_ahead is None:  # one TRL measurement, the reference of every orsgen row
+                    for row in (row_on, row_off, row_metrics):
+                        rec.add(row + tag, "TRL", step["env_ms"], step["requests"], extra)
                 else:
-                    row = row_on if open_ahead else row_off
+                    row = row_metrics if metrics else row_on if open_ahead else row_off
                     rec.add(row + tag, "orsgen", step["env_ms"], step["requests"], extra)
             env_ms = ", ".join(f"{s['env_ms']:.0f}" for s in result["steps"])
             print(f"  {name}, run {r + 1}/{runs}: environment ms per step {env_ms}; requests per step "

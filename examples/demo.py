@@ -40,21 +40,17 @@ def load_module(path: Path) -> ModuleType:
 
 
 def recording(adapter_class: type) -> type:
-    """A subclass that logs every tool call the trainer makes; its tools are exactly the adapter's."""
+    """A subclass whose tool calls are logged in `calls` through the runtime's tool_call hook; its tools are exactly
+    the adapter's."""
+    from orsgen.runtime import hooks
 
     class Recording(adapter_class):  # type: ignore[misc, valid-type]
-        calls: ClassVar[list[tuple[str, dict[str, Any], str]]] = []
+        calls: ClassVar[list[tuple[str, dict[str, Any], Any]]] = []
 
-        def _call(self, name: str, arguments: dict[str, Any]) -> str:
-            try:
-                result = super()._call(name, arguments)
-            except Exception as exc:
-                result = f"error: {exc}"
-                raise
-            finally:
-                Recording.calls.append((name, arguments, result))
-            return result
+    def record(call: hooks.ToolCall) -> None:
+        Recording.calls.append((call.name, call.arguments, call.result if call.error is None else f"error: {call.error}"))
 
+    hooks.add("tool_call", record, Recording)
     Recording.__name__ = Recording.__qualname__ = adapter_class.__name__
     return Recording
 
@@ -123,6 +119,7 @@ def main(argv: list[str] | None = None) -> int:
                                   max_tool_calling_iterations=MAX_TOOL_CALLING_ITERATIONS),
             train_dataset=train,
             environment_factory=env_class,
+            callbacks=[module.EpisodeMetrics()],  # orsgen/... figures in log_history (README: episode metrics)
         )
         trainer.train()
         print(f"[6] GRPOTrainer: {trainer.state.global_step} steps; tools offered: "
@@ -131,7 +128,9 @@ def main(argv: list[str] | None = None) -> int:
             if "reward" in entry:
                 print(f"      step {entry['step']}: reward mean {entry['reward']:.3f} "
                       f"(std {entry.get('reward_std', 0):.3f}), tool calls per rollout "
-                      f"{entry.get('tools/call_frequency', 0):.2f}, failures {entry.get('tools/failure_frequency', 0):.2f}")
+                      f"{entry.get('tools/call_frequency', 0):.2f}, failures {entry.get('tools/failure_frequency', 0):.2f}; "
+                      f"scored {entry.get('orsgen/scored_fraction', 0):.2f} of {entry.get('orsgen/episodes', 0):.0f} "
+                      f"episodes, reset p50 {entry.get('orsgen/reset_seconds_p50', 0) * 1000:.0f} ms")
         module.close_all()  # GRPOTrainer never closes its environments
         calls = env_class.calls  # type: ignore[attr-defined]
         print(f"      {len(calls)} tool calls reached the environment through the adapter, e.g.:")

@@ -54,6 +54,7 @@ def main(argv: list[str] | None = None) -> int:
                                   max_tool_calling_iterations=MAX_TOOL_CALLING_ITERATIONS),
             train_dataset=train,
             environment_factory=Echo,  # the adapter class is the factory; rewards come from get_reward()
+            callbacks=[echo.EpisodeMetrics()],  # orsgen/... figures in log_history: scored fraction, latency, ...
         )
         trainer.train()
         echo.close_all()  # GRPOTrainer never closes its environments

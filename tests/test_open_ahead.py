@@ -87,18 +87,19 @@ def test_a_batchs_sessions_open_together(slow, tmp_path):
 
 
 def looking_ahead(adapter_class):
-    """The adapter with open_ahead = "next-step", recording when each reset began, its session and its task."""
+    """The adapter with open_ahead = "next-step", recording (episode_start hook) when each reset began, its session
+    and its task."""
+    from orsgen.runtime import hooks
 
     class LookingAhead(adapter_class):
         open_ahead = "next-step"
         resets: ClassVar[list[dict]] = []
 
-        def reset(self, **row):
-            began = time.monotonic()  # CLOCK_MONOTONIC: the same clock as the server's log
-            prompt = super().reset(**row)
-            LookingAhead.resets.append({"began": began, "session": self._session.sid, "task": self.task_index})
-            return prompt
+    def record(start: hooks.EpisodeStart) -> None:
+        began = time.monotonic() - start.seconds  # CLOCK_MONOTONIC: the same clock as the server's log
+        LookingAhead.resets.append({"began": began, "session": start.adapter._session.sid, "task": start.task_index})
 
+    hooks.add("episode_start", record, LookingAhead)
     return LookingAhead
 
 

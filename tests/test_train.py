@@ -96,6 +96,7 @@ def test_grpo_on_two_environments_from_a_bundle(multi_server, tmp_path):
         train_dataset=mixed,
         environment_factory=factories,
         rollout_func=tiny.scripted_rollouts(first_turn),
+        callbacks=[bundle.EpisodeMetrics()],
     )
     trainer.train()
     bundle.close_all()
@@ -106,6 +107,10 @@ def test_grpo_on_two_environments_from_a_bundle(multi_server, tmp_path):
     assert {result for _, _, result in quiz_calls} <= {"correct", "wrong"}
     logged = {k for entry in trainer.state.log_history for k in entry if k.startswith("rewards/")}
     assert {"rewards/Echo/mean", "rewards/Quiz/mean"} <= logged
+    # the bundle's EpisodeMetrics counts both environments' episodes: 4 rollouts a step, each one tool call
+    figures = [(e["orsgen/episodes"], e["orsgen/tool_calls_per_episode"]) for e in trainer.state.log_history
+               if "orsgen/episodes" in e]
+    assert figures == [(4, 1.0), (4, 1.0)]
 
 
 def test_grpo_with_environment_owned_data(echo_server, generate, tmp_path):

@@ -1,8 +1,9 @@
 """GRPO with the environment owning the data (no `train_dataset`), recording which task every reset opened.
 
-`tracking(adapter_class)` gives a subclass that records, per `reset()`, where the trainer had the rollout (global
-step, rank, position in the rank's batch) read from the trainer itself (not from the runtime's own bookkeeping),
-the task index the adapter chose and the session id the server got, so a test can match it to the server's log.
+`tracking(adapter_class)` gives a subclass that records, per `reset()` (the episode_start hook), where the trainer had
+the rollout (global step, rank, position in the rank's batch) read from the trainer itself (not from the runtime's own
+bookkeeping), the task index the adapter chose and the session id the server got, so a test can match it to the
+server's log.
 
 As a torchrun worker: `python -m torch.distributed.run --nproc_per_node 2 ... -m tests.harness.owned_data
 MODULE_PATH OUT_DIR STEPS PER_DEVICE NUM_GENERATIONS` prints one `{"reset": {...}}` line per reset and a final
@@ -23,32 +24,33 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
 def tracking(adapter_class: type, echo: bool = False) -> type:
-    """A subclass recording every reset in `Tracking.resets` (and printing it as a JSON line when `echo`)."""
+    """A subclass whose resets are recorded in `Tracking.resets` through the runtime's episode_start hook (and printed
+    as JSON lines when `echo`)."""
+    from orsgen.runtime import hooks
 
     class Tracking(adapter_class):  # type: ignore[misc, valid-type]
         trainer: ClassVar[Any] = None  # set once the trainer is built
         resets: ClassVar[list[dict[str, Any]]] = []
 
-        def reset(self, **row: Any) -> Any:
-            prompt = super().reset(**row)
-            trainer = Tracking.trainer
-            step = position = None
-            if trainer is not None:
-                step = trainer.state.global_step
-                position = next((i for i, env in enumerate(trainer.environments) if env is self), None)
-            record = {
-                "step": step,
-                "rank": int(os.environ.get("RANK", "0")),
-                "position": position,
-                "task_index": self.task_index,
-                "session": getattr(self._session, "sid", None),
-                "prompt": prompt,
-            }
-            Tracking.resets.append(record)
-            if echo:
-                print(json.dumps({"reset": record}), flush=True)
-            return prompt
+    def record(start: hooks.EpisodeStart) -> None:
+        adapter, trainer = start.adapter, Tracking.trainer
+        step = position = None
+        if trainer is not None:
+            step = trainer.state.global_step
+            position = next((i for i, env in enumerate(trainer.environments) if env is adapter), None)
+        record = {
+            "step": step,
+            "rank": int(os.environ.get("RANK", "0")),
+            "position": position,
+            "task_index": start.task_index,
+            "session": getattr(adapter._session, "sid", None),
+            "prompt": start.prompt,
+        }
+        Tracking.resets.append(record)
+        if echo:
+            print(json.dumps({"reset": record}), flush=True)
 
+    hooks.add("episode_start", record, Tracking)
     Tracking.__name__ = Tracking.__qualname__ = adapter_class.__name__
     return Tracking
 

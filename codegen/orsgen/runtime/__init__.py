@@ -5,7 +5,10 @@ within a major version, so a runtime fix reaches every committed adapter with ``
 regeneration.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from orsgen import __version__
+from orsgen.runtime import hooks
 from orsgen.runtime.adapter import UNSET, Adapter, close_all
 from orsgen.runtime.errors import DriftError, StartError, ToolError, WrongServer, named
 from orsgen.runtime.pinned import Pinned
@@ -14,11 +17,23 @@ from orsgen.runtime.rows import one_type
 
 API = 1  # the contract between generated modules and this runtime; a module written for another API refuses to load
 
+if TYPE_CHECKING:
+    from orsgen.runtime.metrics import EpisodeMetrics
+
 __all__ = [
-    "API", "UNSET", "Adapter", "DriftError", "Pinned", "StartError", "ToolError", "WrongServer", "close_all",
-    "finished_reward", "named", "one_type", "outcome_reward", "require", "shaped_reward", "terminal_reward",
-    "total_reward",
+    "API", "UNSET", "Adapter", "DriftError", "EpisodeMetrics", "Pinned", "StartError", "ToolError", "WrongServer",
+    "close_all", "finished_reward", "hooks", "named", "one_type", "outcome_reward", "require", "shaped_reward",
+    "terminal_reward", "total_reward",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """EpisodeMetrics on first use: it imports transformers (and torch), which generation never needs."""
+    if name == "EpisodeMetrics":
+        from orsgen.runtime.metrics import EpisodeMetrics
+
+        return EpisodeMetrics
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def require(api: int, module: str) -> None:

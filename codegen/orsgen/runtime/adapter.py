@@ -14,11 +14,12 @@ import logging
 import os
 import re
 import threading
+import time
 import weakref
-from collections.abc import Coroutine, Mapping
+from collections.abc import Coroutine, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from orsgen.runtime import ahead, client, trl
+from orsgen.runtime import ahead, client, hooks, trl
 from orsgen.runtime.content import content
 from orsgen.runtime.errors import DriftError, StartError, ToolError
 
@@ -161,6 +162,10 @@ class Adapter:
         self._void: str | None = None  # why this episode cannot be scored (it did not start, its prompt was stale)
         self._reward_claimed = False
         self._in_batch = False  # the last reset was placed in a trainer's batch
+        self._stream: str | None = None  # "train"/"eval": the trainer batch of this episode (hooks, metrics)
+        self._calls = self._failed_calls = 0
+        self._ended = True  # the episode_end hook ran (or no episode began)
+        self._began = 0.0  # when the reset began (open_in_background: its start is reported at the first call)
         self.reward: float | None = None
         self.rewards: list[float | None] = []
         self.metadata: dict[str, Any] | None = None
@@ -191,15 +196,20 @@ class Adapter:
         prompt is returned at once and the session opens in the background; the first tool call waits for it. A live
         prompt that differs voids the episode (``prompt_mismatch`` then holds it).
         """
+        self._emit_end(None)  # an episode closed before its reward was read
         previous, self._session, self._opening = (self._session, self._opening), None, None
+        began = time.perf_counter()
         self.reward, self.rewards, self.metadata, self.finished, self.last_output = None, [], None, False, None
         self._reward_claimed, self.prompt_mismatch, self._void, self._expected = False, None, None, None
+        self._calls = self._failed_calls = 0
         split = self._episode_split = row.get("split") or self._split
         try:
             env = self._environment()
             where = trl.place(self, row)
             self._in_batch = where.batch is not None
-            index = self.task_index = self._task(env, split, row, where)
+            self._stream = where.batch.stream if where.batch is not None else None
+            index = self._task(env, split, row, where)
+            self.task_index, self._ended = index, False
             taken = self._ahead(where.batch, env, split, index) if self._opens_ahead() else None
             if taken is None:
                 self._notice(where)
@@ -210,15 +220,17 @@ class Adapter:
                 _end_in_background(*previous)
         if self.open_in_background and isinstance(row.get("task_prompt"), str):
             self._expected = row["task_prompt"]
-            self._opening = future
+            self._opening, self._began = future, began
             return row["task_prompt"]
         try:
             self._session, prompt = future.result()
         except DriftError:
             raise
         except Exception as exc:  # noqa: BLE001 - whatever stopped the task from starting
-            return self._start_failed(split, index, exc)
-        self._started()
+            prompt = self._start_failed(split, index, exc)
+        else:
+            self._started()
+        self._emit_start(prompt, began)
         return prompt
 
     def get_reward(self) -> float | None:
@@ -226,8 +238,11 @@ class Adapter:
         (None: GRPO leaves it out of its group's baseline); one that could not start, or that one of this module's
         reward functions already counted, gives None: a reward is never counted twice."""
         if self._reward_claimed or self._void is not None:
-            return None
-        return self.reward if self.reward is not None else self.unscored_reward
+            value = None
+        else:
+            value = self.reward if self.reward is not None else self.unscored_reward
+        self._emit_end(value)
+        return value
 
     def _environment(self) -> AsyncEnvironment:
         if self._env is None:
@@ -353,12 +368,13 @@ class Adapter:
         retries = self.start_retries if retries is None else retries
         for attempt in range(retries + 1):
             session = self._session_for(env, split, index)
+            began = time.perf_counter()
             try:
                 if self._check_drift:  # once per process and server
                     await self.pinned.check_drift(env, self._url)
                 await asyncio.wait_for(session.__aenter__(), limit)
                 await self.pinned.check_build(session, self._url)
-                return session, content(await asyncio.wait_for(session.get_prompt(), limit))
+                opened = session, content(await asyncio.wait_for(session.get_prompt(), limit))
             except DriftError:
                 raise
             except Exception as exc:
@@ -366,10 +382,14 @@ class Adapter:
                     await asyncio.wait_for(session.__aexit__(None, None, None), client.timeout("close"))
                 if isinstance(exc, asyncio.TimeoutError):
                     exc = TimeoutError(f"no answer within {limit:g}s (ORSGEN_RESET_TIMEOUT)")
+                self._emit_open(split, index, attempt, began, exc)
                 if attempt == retries or not _transient(exc):
                     raise exc from None
                 wait = client.retry_after(exc) or min(2.0**attempt, 10.0)
                 await asyncio.sleep(min(wait, 60.0))
+            else:
+                self._emit_open(split, index, attempt, began, None)
+                return opened
         raise AssertionError("unreachable")
 
     def _session_for(self, env: AsyncEnvironment, split: str, index: int) -> AsyncSession:
@@ -411,11 +431,13 @@ class Adapter:
     # parts, which TRL takes too.
     def _call(self, name: str, arguments: dict[str, Any]) -> str:
         session = self._session if self._opening is None else self._settle(self._opening)
-        session = self._usable(name, session)
-        try:
-            return self._record(client.loop().run(session.call_tool(name, _payload(arguments)), "tool"))
-        except _failures_types() as exc:
-            raise _tool_error(name, exc) from None
+        with self._reporting(name, arguments) as result:
+            session = self._usable(name, session)
+            try:
+                result.append(self._record(client.loop().run(session.call_tool(name, _payload(arguments)), "tool")))
+            except _failures_types() as exc:
+                raise _tool_error(name, exc) from None
+        return result[0]
 
     async def _acall(self, name: str, arguments: dict[str, Any]) -> str:
         """`_call` for `async def` tools: awaits on the caller's loop (never blocking it) while the runtime's loop
@@ -426,15 +448,28 @@ class Adapter:
             with contextlib.suppress(Exception):  # settled below, with the one message for it
                 await asyncio.wait_for(asyncio.wrap_future(opening), client.timeout("reset"))
             session = self._settle(opening)
-        session = self._usable(name, session)
-        limit = client.timeout("tool")
-        future = client.loop().submit(asyncio.wait_for(session.call_tool(name, _payload(arguments)), limit))
+        with self._reporting(name, arguments) as result:
+            session = self._usable(name, session)
+            limit = client.timeout("tool")
+            future = client.loop().submit(asyncio.wait_for(session.call_tool(name, _payload(arguments)), limit))
+            try:
+                result.append(self._record(await asyncio.wrap_future(future)))
+            except TimeoutError:
+                raise ToolError(f"{name} failed: no answer within {limit:g}s (ORSGEN_TOOL_TIMEOUT)") from None
+            except _failures_types() as exc:
+                raise _tool_error(name, exc) from None
+        return result[0]
+
+    @contextlib.contextmanager
+    def _reporting(self, name: str, arguments: dict[str, Any]) -> Iterator[list[Any]]:
+        """Times a tool call and reports it (tool_call hook) with the result put in the list, or its ToolError."""
+        began, result = time.perf_counter(), list[Any]()
         try:
-            return self._record(await asyncio.wrap_future(future))
-        except TimeoutError:
-            raise ToolError(f"{name} failed: no answer within {limit:g}s (ORSGEN_TOOL_TIMEOUT)") from None
-        except _failures_types() as exc:
-            raise _tool_error(name, exc) from None
+            yield result
+        except ToolError as exc:
+            self._emit_call(name, arguments, began, None, exc)
+            raise
+        self._emit_call(name, arguments, began, result[0], None)
 
     def _settle(self, opening: concurrent.futures.Future[Any]) -> AsyncSession | None:
         """The session opened in the background (the first call waits, bounded); a failure or a stale prompt voids
@@ -447,13 +482,14 @@ class Adapter:
         except Exception as exc:  # noqa: BLE001
             if isinstance(exc, concurrent.futures.TimeoutError):
                 _end_in_background(None, opening)  # closed once it does open
-            self._start_failed(self._episode_split, self.task_index or 0, exc)
+            self._emit_start(self._start_failed(self._episode_split, self.task_index or 0, exc), self._began)
             return None
         self._session = session
         self._started()
         if live != self._expected:
             self.prompt_mismatch = str(live)
             self._void = "the task's live prompt differs from the one in the dataset (prompt_mismatch holds it)"
+        self._emit_start(live, self._began)
         return session
 
     def _usable(self, name: str, session: AsyncSession | None) -> AsyncSession:
@@ -475,13 +511,55 @@ class Adapter:
 
     def _claim(self, value: float | None) -> float | None:
         self._reward_claimed = True
-        return None if self._void is not None else value
+        value = None if self._void is not None else value
+        self._emit_end(value)
+        return value
+
+    # -- hooks (hooks.py): built only when someone listens -------------------------------------------------------
+
+    def _emit_start(self, prompt: Any, began: float) -> None:
+        if hooks.wanted("episode_start"):
+            error = self._void if self.prompt_mismatch is None else None
+            hooks.emit("episode_start", hooks.EpisodeStart(self, self._episode_split, self.task_index or 0,
+                                                           self._stream, prompt, error, time.perf_counter() - began))
+
+    def _emit_open(self, split: str, index: int, attempt: int, began: float, exc: BaseException | None) -> None:
+        if hooks.wanted("session_open"):
+            error, status = (None, None) if exc is None else (client.describe(exc), client.status(exc))
+            hooks.emit("session_open", hooks.SessionOpen(self, split, index, attempt, error, status,
+                                                         time.perf_counter() - began))
+
+    def _emit_call(self, name: str, arguments: dict[str, Any], began: float, result: Any,
+                   exc: BaseException | None) -> None:
+        self._calls += 1
+        self._failed_calls += exc is not None
+        if hooks.wanted("tool_call"):
+            reward = None if exc is not None or self.last_output is None else self.last_output.reward
+            hooks.emit("tool_call", hooks.ToolCall(self, name, _payload(arguments), result,
+                                                   None if exc is None else str(exc), time.perf_counter() - began,
+                                                   reward))
+
+    def _emit_end(self, value: float | None) -> None:
+        """The episode's end, once: at its first reward read, else when it is closed."""
+        if self._ended:
+            return
+        self._ended = True
+        if hooks.wanted("episode_end"):
+            reason = None
+            if self._void is not None:
+                reason = "stale_prompt" if self.prompt_mismatch is not None else "not_started"
+            elif self.reward is None:
+                reason = "no_tool_scored"
+            hooks.emit("episode_end", hooks.EpisodeEnd(
+                self, self._episode_split, self.task_index, self._stream, reason is None, value, self.finished,
+                reason, self._calls, self._failed_calls))
 
     # -- closing -------------------------------------------------------------------------------------------------
 
     def _close(self, wait: bool = False) -> None:
         """End the open session, if any: at the next reset, on close_all(), at exit and on garbage collection. The
         server is told in the background, so the next rollout does not wait for it; `wait=True` waits (bounded)."""
+        self._emit_end(None)  # an episode closed before its reward was read
         session, self._session = self._session, None
         opening, self._opening = self._opening, None
         if session is None and opening is None:

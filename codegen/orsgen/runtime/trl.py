@@ -11,6 +11,9 @@ What is assumed (TRL 1.13 to 1.16, read from their code and tested against the o
   rank and world size, the global step, and the schedule that turns steps into generation rounds. Evaluation is
   `trainer.model.training == False`, as TRL itself decides it.
 - Rewards are gathered rank-major and normalised in consecutive chunks of the group size, so a group may span ranks.
+- Trainer callbacks run on the trainer's thread, called from a trainer method; GRPOTrainer and AsyncGRPOTrainer keep
+  `_metrics[mode]`, lists of values per name that `log()` reduces (a one-value list stays that value) and clears.
+  AsyncGRPOTrainer (it has `rollout_worker`) runs its rollouts, and so the environments, in a spawned process.
 - Anything else from TRL on the stack (an AsyncGRPO rollout worker, a trainer whose batch cannot be read) is a place
   where a reset without `task_index` cannot be placed: it is refused, never given "the first task".
 """
@@ -260,3 +263,24 @@ def _in_range(found: str) -> bool:
         digits = "".join(ch for ch in piece if ch.isdigit())
         parts.append(int(digits or 0))
     return RANGE[0] <= (parts[0], parts[1] if len(parts) > 1 else 0) < RANGE[1]
+
+
+def rollouts_elsewhere(trainer: Any) -> bool:
+    """The trainer's environments live in another process (AsyncGRPOTrainer's rollout worker)."""
+    return hasattr(trainer, "rollout_worker")
+
+
+def trainer_of(callback: Any) -> Any | None:
+    """The trainer calling `callback` (a TrainerCallback gets no trainer): the first `self` up the stack whose
+    callback handler holds it. EpisodeMetrics writes into that trainer's `_metrics[mode]`, the window of figures
+    GRPOTrainer and AsyncGRPOTrainer gather, average over the logging window and log (with "eval_" in evaluation)."""
+    frame: Any = sys._getframe(1)
+    for _ in range(_DEPTH):
+        if frame is None:
+            return None
+        owner = frame.f_locals.get("self") if frame.f_code.co_varnames[:1] == ("self",) else None
+        handler = getattr(owner, "callback_handler", None)
+        if any(c is callback for c in getattr(handler, "callbacks", ())):
+            return owner
+        frame = frame.f_back
+    return None

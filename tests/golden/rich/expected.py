@@ -7,13 +7,14 @@
 Usage::
 
     from trl import GRPOConfig, GRPOTrainer
-    from expected import Rich, close_all, dataset
+    from expected import Rich, EpisodeMetrics, close_all, dataset
 
     trainer = GRPOTrainer(
         model=...,
         args=GRPOConfig(max_tool_calling_iterations=10),
         train_dataset=dataset(num_tasks=64),  # prompt: an empty user message, completed by reset()
         environment_factory=Rich,  # the reward comes from Rich.get_reward()
+        callbacks=[EpisodeMetrics()],  # orsgen/... figures (coverage, start failures, latency) in the logs
     )
     trainer.train()
     close_all()  # GRPOTrainer never closes its environments
@@ -44,6 +45,14 @@ outcome_reward = runtime.outcome_reward
 total_reward = runtime.total_reward
 finished_reward = runtime.finished_reward
 shaped_reward = runtime.shaped_reward
+
+
+def __getattr__(name: str) -> Any:
+    """``EpisodeMetrics``, the runtime's TrainerCallback, imported on first use: it needs transformers."""
+    if name == "EpisodeMetrics":
+        return runtime.EpisodeMetrics
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 ORSGEN_VERSION = "0.2.0"
 TARGET = "tools.json"

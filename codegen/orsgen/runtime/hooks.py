@@ -1,0 +1,121 @@
+"""Hooks: functions the runtime calls at an episode's start, each tool call, each session-open attempt and an
+episode's end, to record trajectories or count things. They are a registry here, not methods of the adapter class:
+TRL offers every public method of an environment class to the model as a tool.
+
+    from orsgen.runtime import hooks
+
+    def show(call: hooks.ToolCall) -> None:
+        print(call.name, call.arguments, call.result or call.error, f"{call.seconds:.3f}s")
+
+    hooks.add("tool_call", show)            # every adapter
+    hooks.add("tool_call", show, Echo)      # only Echo adapters (and subclasses)
+    hooks.remove("tool_call", show, Echo)
+
+A listener runs on the thread that did the work (the trainer's, or the runtime's loop thread for `session_open`),
+so it must be quick and thread-safe; what it raises is logged and dropped, never reaches the trainer.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+log = logging.getLogger("orsgen")
+
+Event = Literal["episode_start", "tool_call", "session_open", "episode_end"]
+EVENTS: tuple[Event, ...] = ("episode_start", "tool_call", "session_open", "episode_end")
+
+
+@dataclass(frozen=True)
+class EpisodeStart:
+    """`reset()` returned. `error` says why the task could not start (the episode is then unscored); with
+    `open_in_background` the start is settled at the first tool call and reported there."""
+
+    adapter: Any
+    split: str
+    task_index: int
+    stream: str | None  # "train" or "eval" inside a GRPOTrainer batch, else None
+    prompt: Any
+    error: str | None
+    seconds: float  # from reset() to the session's prompt (or to the failure)
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One tool call the model made: its result, or the error the model was shown instead."""
+
+    adapter: Any
+    name: str
+    arguments: dict[str, Any]
+    result: Any
+    error: str | None
+    seconds: float
+    reward: float | None  # what the tool returned as reward (None: none, or the call failed)
+
+
+@dataclass(frozen=True)
+class SessionOpen:
+    """One attempt at opening a session (a reset's, or one opened ahead): several per episode when starts are
+    retried. `status` is the HTTP status of a failed attempt when there was one (429: the environment is full)."""
+
+    adapter: Any
+    split: str
+    task_index: int
+    attempt: int  # 0 for the first, 1.. for retries
+    error: str | None
+    status: int | None
+    seconds: float
+
+
+@dataclass(frozen=True)
+class EpisodeEnd:
+    """The episode's reward was read (`get_reward()` or one of the runtime's reward functions), or the episode was
+    closed unread. `reason` says why it is unscored: "not_started", "stale_prompt" or "no_tool_scored"."""
+
+    adapter: Any
+    split: str
+    task_index: int | None
+    stream: str | None
+    scored: bool
+    reward: float | None  # what the trainer got
+    finished: bool
+    reason: str | None
+    calls: int
+    failures: int
+
+
+Listener = Callable[[Any], None]
+_listeners: dict[Event, list[tuple[type | None, Listener]]] = {event: [] for event in EVENTS}
+_lock = threading.Lock()
+
+
+def add(event: Event, listener: Listener, env: type | None = None) -> None:
+    """Call `listener(record)` at `event`, for every adapter or only instances of the adapter class `env`."""
+    if event not in _listeners:
+        raise ValueError(f"unknown hook {event!r}: one of {', '.join(EVENTS)}")
+    with _lock:
+        _listeners[event] = [*_listeners[event], (env, listener)]  # copied: emit() reads without the lock
+
+
+def remove(event: Event, listener: Listener, env: type | None = None) -> None:
+    """Undo `add` (the same event, listener and env); nothing happens when it was not added."""
+    with _lock:
+        _listeners[event] = [pair for pair in _listeners.get(event, []) if pair != (env, listener)]
+
+
+def wanted(event: Event) -> bool:
+    """Whether anyone listens: the runtime builds a record only then."""
+    return bool(_listeners[event])
+
+
+def emit(event: Event, record: Any) -> None:
+    for env, listener in _listeners[event]:
+        if env is not None and not isinstance(record.adapter, env):
+            continue
+        try:
+            listener(record)
+        except Exception:  # a broken listener must not break training
+            log.exception("orsgen: the %s hook %r failed", event, listener)

@@ -1,0 +1,210 @@
+"""Episode metrics in the trainer's own logs: ``GRPOTrainer(..., callbacks=[EpisodeMetrics()])``.
+
+Built on the hooks (hooks.py). At each optimizer step's end (and after each evaluation batch) the figures since the
+last one are gathered from every rank and merged into the current logging window, which is written into the
+trainer's ``_metrics[mode]``: GRPOTrainer averages that dict over the window and logs it in its own ``log()``, so the
+figures reach ``log_history`` and every ``report_to`` integration, with ``eval_`` in evaluation. A callback's
+``on_log`` could not: transformers passes it a copy, after the integrations. Each figure is written as the window's
+one value (a count, a fraction over the window, a percentile of the window's samples), so TRL's mean leaves it as
+it is. Nothing here sends a request to the environment.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import weakref
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from transformers import TrainerCallback
+
+from orsgen.runtime import ahead, client, hooks, trl
+
+PREFIX = "orsgen/"
+_SENTINEL = PREFIX + "episodes"  # absent from `_metrics[mode]`: TRL logged the window and cleared it
+
+
+@dataclass
+class _Counts:
+    """What one rank saw since the last flush (counts and latency samples), or a window's sum over ranks."""
+
+    episodes: int = 0
+    scored: int = 0
+    finished: int = 0
+    not_started: int = 0
+    stale_prompt: int = 0
+    no_tool_scored: int = 0
+    calls: int = 0
+    failed_calls: int = 0
+    starts: int = 0
+    start_failures: int = 0
+    start_retries: int = 0
+    capacity_refusals: int = 0
+    ahead_opened: int = 0
+    ahead_taken: int = 0
+    ahead_unused: int = 0
+    sessions_open: int = 0  # a level, not a count: the last flush's, summed over ranks
+    reset_seconds: list[float] = field(default_factory=list)
+    tool_seconds: list[float] = field(default_factory=list)
+
+    def add(self, other: _Counts) -> None:
+        for f in fields(self):
+            if f.name == "sessions_open":
+                continue
+            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * len(ordered) + 0.5) - 1))]  # nearest rank
+
+
+def figures(c: _Counts) -> dict[str, float]:
+    """The logged figures of a window (fractions and per-episode means only when it had episodes)."""
+    out: dict[str, float] = {
+        "episodes": c.episodes, "unscored/not_started": c.not_started, "unscored/stale_prompt": c.stale_prompt,
+        "unscored/no_tool_scored": c.no_tool_scored, "starts": c.starts, "start_failures": c.start_failures,
+        "start_retries": c.start_retries, "capacity_refusals": c.capacity_refusals, "ahead/opened": c.ahead_opened,
+        "ahead/taken": c.ahead_taken, "ahead/unused": c.ahead_unused, "sessions_open": c.sessions_open,
+    }
+    if c.episodes:
+        out.update({"scored_fraction": c.scored / c.episodes, "finished_fraction": c.finished / c.episodes,
+                    "tool_calls_per_episode": c.calls / c.episodes,
+                    "tool_failures_per_episode": c.failed_calls / c.episodes})
+    for name, samples in (("reset_seconds", c.reset_seconds), ("tool_seconds", c.tool_seconds)):
+        if samples:
+            out[f"{name}_p50"], out[f"{name}_p95"] = _percentile(samples, 0.5), _percentile(samples, 0.95)
+    return {PREFIX + key: float(value) for key, value in out.items()}
+
+
+def _ahead_counts() -> tuple[int, int, int]:
+    every = list(ahead._every)
+    return sum(a.opened for a in every), sum(a.taken for a in every), sum(a.unused for a in every)
+
+
+def _sessions_open() -> int:
+    from orsgen.runtime.adapter import _live
+
+    held = sum(1 for a in list(_live) if a._session is not None or a._opening is not None)
+    return held + sum(len(q) for a in list(ahead._every) for q in list(a.waiting.values()))
+
+
+def _silent(trainer: Any | None) -> str | None:
+    """Why the figures cannot reach this trainer's logs, if they cannot."""
+    if trainer is None:
+        return "no trainer calls it"
+    if not isinstance(getattr(trainer, "_metrics", None), dict):
+        return f"{type(trainer).__name__} has no _metrics (TRL's GRPO trainers do)"
+    if trl.rollouts_elsewhere(trainer):
+        return f"{type(trainer).__name__} runs its rollouts in another process, out of the callback's sight"
+    return None
+
+
+class EpisodeMetrics(TrainerCallback):  # type: ignore[misc]
+    """Adds the ``orsgen/...`` figures (README: "Episode metrics") to the trainer's logs, for training and (as
+    ``eval_orsgen/...``) evaluation, summed over every rank. One per trainer: ``callbacks=[EpisodeMetrics()]``."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()  # re-entered when garbage collection closes an adapter inside _seen
+        self._since: dict[str, _Counts] = {"train": _Counts(), "eval": _Counts()}  # this rank, since the last flush
+        self._window: dict[str, _Counts] = {"train": _Counts(), "eval": _Counts()}  # every rank, this log window
+        self._ahead_seen = _ahead_counts()
+        self._trainer: weakref.ref[Any] | None = None
+        me = weakref.ref(self)  # the hooks must not keep a finished run's callback alive
+
+        def listen(event: hooks.Event) -> None:
+            def listener(record: Any) -> None:
+                callback = me()
+                if callback is None:
+                    hooks.remove(event, listener)
+                else:
+                    callback._seen(event, record)
+
+            hooks.add(event, listener)
+
+        for event in hooks.EVENTS:
+            listen(event)
+
+    # -- events (any thread) -------------------------------------------------------------------------------------
+
+    def _mode(self, stream: str | None = None) -> str:
+        """The record's own stream, else the trainer's mode as TRL decides it (model.training)."""
+        if stream is not None:
+            return stream
+        trainer = self._trainer() if self._trainer is not None else None
+        training = getattr(getattr(trainer, "model", None), "training", True)
+        return "train" if training else "eval"
+
+    def _seen(self, event: str, record: Any) -> None:
+        if self._trainer is None:  # before the trainer was built (dataset(prompts=True), a look by hand)
+            return
+        with self._lock:
+            if event == "episode_end":
+                c = self._since[self._mode(record.stream)]
+                c.episodes += 1
+                c.scored += record.scored
+                c.finished += record.finished
+                c.calls += record.calls
+                c.failed_calls += record.failures
+                if record.reason is not None:
+                    setattr(c, record.reason, getattr(c, record.reason) + 1)
+            elif event == "episode_start":
+                self._since[self._mode(record.stream)].reset_seconds.append(record.seconds)
+            elif event == "tool_call":
+                self._since[self._mode(record.adapter._stream)].tool_seconds.append(record.seconds)
+            elif event == "session_open":
+                c = self._since[self._mode()]
+                c.starts += 1
+                c.start_failures += record.error is not None
+                c.start_retries += record.attempt > 0
+                c.capacity_refusals += record.status == 429
+
+    # -- the trainer's events (its thread, every rank at once) ---------------------------------------------------
+
+    def _find(self) -> Any | None:
+        trainer = self._trainer() if self._trainer is not None else None
+        if trainer is None:
+            trainer = trl.trainer_of(self)
+            self._trainer = weakref.ref(trainer) if trainer is not None else None
+        return trainer
+
+    def on_init_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._find()
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._find()  # a callback added after the trainer was built (trainer.add_callback)
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._flush("train")
+
+    def on_prediction_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._flush("eval")
+
+    def _flush(self, mode: str) -> None:
+        trainer = self._find()
+        why = _silent(trainer)
+        if trainer is None or why is not None:
+            client.once("metrics-off", logging.WARNING, "orsgen: EpisodeMetrics logs nothing: %s", why)
+            return
+        with self._lock:
+            mine, self._since[mode] = self._since[mode], _Counts()
+        seen = _ahead_counts()
+        mine.ahead_opened, mine.ahead_taken, mine.ahead_unused = (now - before for now, before in
+                                                                  zip(seen, self._ahead_seen, strict=True))
+        self._ahead_seen = seen
+        mine.sessions_open = _sessions_open()
+        parts = [mine]
+        if trainer.accelerator.num_processes > 1:  # a collective: every rank flushes at the same step
+            from accelerate.utils import gather_object
+
+            parts = gather_object([mine])
+        logged = trainer._metrics[mode]
+        if _SENTINEL not in logged:  # TRL logged the last window (and cleared it): a new one begins
+            self._window[mode] = _Counts()
+        window = self._window[mode]
+        for part in parts:
+            window.add(part)
+        window.sessions_open = sum(p.sessions_open for p in parts)
+        for key, value in figures(window).items():
+            logged[key] = [value]

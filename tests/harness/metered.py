@@ -1,0 +1,77 @@
+"""GRPO with EpisodeMetrics on the metered environment (tests/envs/metered.py), evaluating on its test split.
+
+Training rows are the train split's 4 tasks in order (no shuffle), 2 rollouts each (one GRPO group of 2 per rank
+and step); task 3's row carries a pinned prompt that is stale by the time it runs (its adapter opens in the
+background, so the live prompt is compared). Evaluation: the test split's 2 tasks every 2 steps. At each optimizer
+step's end the worker notes how many requests the server had logged, so a test can cut the server's log into steps.
+
+As a torchrun worker: `python -m torch.distributed.run --nproc_per_node 2 ... -m tests.harness.metered MODULE_PATH
+OUT_DIR URL` prints one `{"rank": ..., "log_history": [...], "marks": [...]}` line per rank.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+STALE = "Answer task 3 (session 0)"  # what was pinned: the server's sessions count from 1
+
+
+def adapter_class(module: Any) -> type:
+    return type("Metered", (module.Metered,), {"open_in_background": True, "start_retries": 1})
+
+
+def train(module: Any, out_dir: str, url: str, steps: int) -> tuple[Any, list[int]]:
+    """(the trained trainer, the server's log length at each optimizer step's end)."""
+    import torch
+    from transformers import TrainerCallback
+    from trl import GRPOTrainer
+
+    from examples import serve, tiny
+    from examples.demo import tool_methods
+
+    torch.set_num_threads(1)
+    rows = module.dataset()
+    rows = rows.add_column("task_prompt", [STALE if i == 3 else None for i in rows["task_index"]])
+    marks: list[int] = []
+
+    class Marks(TrainerCallback):  # type: ignore[misc]
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            marks.append(len(serve.Running(url, None).log()))  # type: ignore[arg-type]
+
+    env_class = adapter_class(module)
+    tok = tiny.tokenizer([tiny.conversation("Answer task 0", "answer", {}, "answered")], tool_methods(env_class()))
+    trainer = GRPOTrainer(
+        model=tiny.model(tok),
+        processing_class=tok,
+        args=tiny.grpo_config(out_dir, steps, max_tool_calling_iterations=1, per_device_train_batch_size=2,
+                              num_generations=2, per_device_eval_batch_size=2, eval_strategy="steps", eval_steps=2),
+        train_dataset=rows,
+        eval_dataset=module.dataset(split="test"),
+        environment_factory=env_class,
+        rollout_func=tiny.scripted_rollouts(lambda i, prompt: tiny.call_text("answer", {})),
+        callbacks=[module.EpisodeMetrics(), Marks()],
+    )
+    trainer.train()
+    module.close_all()
+    return trainer, marks
+
+
+def main(module_path: str, out_dir: str, url: str) -> None:
+    from examples.demo import load_module
+
+    module = load_module(Path(module_path))
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    trainer, marks = train(module, out_dir, url, steps=4 // world)
+    print(json.dumps({"rank": int(os.environ.get("RANK", "0")), "log_history": trainer.state.log_history,
+                      "marks": marks}), flush=True)
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:4])
