@@ -16,10 +16,17 @@ Tag = tuple[str, int]  # the batch an opening is for (trl.Batch.tag: stream, fir
 # The instances holding openings, held: what one holds must be closed even when the trainer, its adapters or the
 # module are gone; one that holds nothing is dropped, so this never grows beyond the modules in use.
 _holding: set[Ahead] = set()
+totals = {"opened": 0, "taken": 0, "unused": 0}  # of every instance this process had (EpisodeMetrics' figures)
+_totals_lock = threading.Lock()
 
 
 class Planned(concurrent.futures.Future[Any]):
     """An opening the look-ahead has planned but may not have started: drained, it is cancelled, never opened."""
+
+
+def _count(what: str, n: int) -> None:
+    with _totals_lock:
+        totals[what] += n
 
 
 def drain_all(keep: Tag | None = None) -> list[Opening]:
@@ -42,6 +49,7 @@ class Ahead:
         with self.lock:
             self.waiting.setdefault((tag, key), []).append(opening)
             self.opened += 1
+            _count("opened", 1)
             _holding.add(self)
 
     def count(self, tag: Tag, key: Hashable) -> int:
@@ -58,6 +66,7 @@ class Ahead:
             if not queue:
                 return None
             self.taken += 1
+            _count("taken", 1)
             opening = queue.pop(0)
             if not queue:
                 del self.waiting[(tag, key)]
@@ -74,6 +83,7 @@ class Ahead:
             left = [o for (tag, _), queue in self.waiting.items() if stale(tag) for o in queue]
             self.waiting = {k: q for k, q in self.waiting.items() if not stale(k[0])}
             self.unused += len(left)
+            _count("unused", len(left))
             self._held()
         for opening in left:
             if isinstance(opening, Planned):

@@ -79,15 +79,14 @@ def figures(c: _Counts) -> dict[str, float]:
 
 
 def _ahead_counts() -> tuple[int, int, int]:
-    every = list(ahead._every)
-    return sum(a.opened for a in every), sum(a.taken for a in every), sum(a.unused for a in every)
+    return ahead.totals["opened"], ahead.totals["taken"], ahead.totals["unused"]
 
 
 def _sessions_open() -> int:
     from orsgen.runtime.adapter import _live
 
     held = sum(1 for a in list(_live) if a._session is not None or a._opening is not None)
-    return held + sum(len(q) for a in list(ahead._every) for q in list(a.waiting.values()))
+    return held + sum(len(q) for a in list(ahead._holding) for q in list(a.waiting.values()))
 
 
 def _silent(trainer: Any | None) -> str | None:
