@@ -15,7 +15,7 @@ from orsgen import model, normalize, render
 from orsgen.builtin import templates
 from orsgen.errors import OrsgenError
 from orsgen.model import naming
-from orsgen.source import Source, _snap
+from orsgen.source import Source, _snap, scoring
 
 
 def build(
@@ -97,5 +97,6 @@ def from_tools(data: Any, *, env: str = "env", class_name: str | None = None) ->
     """Module text for a tool list held in memory (the /tools shape, an MCP list, or a bare list)."""
     tools, rest = normalize.tool_list(data, "<tools>")
     extra: dict[str, Any] = {k: rest[k] for k in ("terminal_tool", "splits") if k in rest}
+    extra.update(scoring(rest))
     source = Source(target="<tools>", url=None, deployment=env, env=env, name=env, split="train")
     return build(source, _snap(env, tools, extra), class_name=class_name)

@@ -279,6 +279,9 @@ def render(text: str, adapter: Adapter, snap: dict[str, Any], fmt: str = "text")
     terminal = adapter.terminal_tool
     if terminal:
         summary += f"; terminal tool {terminal.get('name')} (not offered to the model)"
+    if snap.get("supports_score_group"):
+        summary += (f"; group scoring: group_reward posts each GRPO group to score_group (candidate blocks: "
+                    f"{', '.join(snap.get('message_block_types') or [])})")
     if fmt == "markdown":
         return _markdown(classes, adapter, summary), diffs
     return _text(classes, adapter, summary), diffs

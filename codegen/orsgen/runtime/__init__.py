@@ -8,6 +8,7 @@ regeneration.
 from orsgen import __version__
 from orsgen.runtime.adapter import UNSET, Adapter, close_all
 from orsgen.runtime.errors import DriftError, StartError, ToolError, WrongServer, named
+from orsgen.runtime.groups import group_reward
 from orsgen.runtime.pinned import Pinned, one_type
 from orsgen.runtime.rewards import finished_reward, outcome_reward, shaped_reward, terminal_reward, total_reward
 
@@ -15,7 +16,7 @@ API = 1  # the contract between generated modules and this runtime; a module wri
 
 __all__ = [
     "API", "UNSET", "Adapter", "DriftError", "Pinned", "StartError", "ToolError", "WrongServer", "close_all",
-    "finished_reward", "named", "one_type", "outcome_reward", "require", "shaped_reward", "terminal_reward",
+    "finished_reward", "group_reward", "named", "one_type", "outcome_reward", "require", "shaped_reward", "terminal_reward",
     "total_reward",
 ]
 

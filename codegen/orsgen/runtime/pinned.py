@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from orsgen.runtime import bounds, client
+from orsgen.runtime import bounds, client, messages
 from orsgen.runtime.ahead import Ahead
 from orsgen.runtime.errors import DriftError, WrongServer
 from orsgen.runtime.tasks import Order
@@ -51,6 +51,7 @@ class Pinned:
     _drift_lock: asyncio.Lock | None = field(default=None, repr=False)  # made on the runtime's loop
     order: Order = field(default_factory=Order, repr=False)
     ahead: Ahead = field(default_factory=Ahead, repr=False)
+    conversations: set[tuple[str, int]] = field(default_factory=set, repr=False)  # tasks served as turns (messages)
 
     def server(self, url: str | None) -> str | None:
         """The session server: the adapter's, else OPENREWARD_SESSION_URL, else the pinned one (None: the SDK's)."""
@@ -157,18 +158,21 @@ class Pinned:
                     break
         return specs
 
-    def prompts(self, split: str, indices: list[int], url: str | None, api_key: str | None) -> list[str]:
-        """Each task's prompt text, read in short sessions, 8 at a time."""
+    def prompts(self, split: str, indices: list[int], url: str | None,
+                api_key: str | None) -> list[list[dict[str, Any]]]:
+        """Each task's turns (`GET /messages`), read in short sessions, 8 at a time."""
         from orsgen.runtime.adapter import Adapter
 
         class Reader(Adapter):
             pinned = self
             start_failures = "raise"
+            _whole_conversation = True
 
-        def read(index: int) -> str:
+        def read(index: int) -> list[dict[str, Any]]:
             adapter = Reader(url=url, split=split, api_key=api_key, check_drift=False)
             try:
-                return str(adapter.reset(task_index=index))
+                turns: list[dict[str, Any]] = adapter.reset(task_index=index)
+                return turns
             finally:
                 adapter._close(wait=True)
 
@@ -237,8 +241,10 @@ class Pinned:
         }
         if self.task_classes and split == self.task_tools_split:  # task-specific tools: route each row to its class
             columns["environment"] = [self.task_classes.get(i, self.default_class) for i, _ in chosen]
-        if prompts:
-            columns["task_prompt"] = self.prompts(split, [i for i, _ in chosen], url, api_key)
+        if prompts:  # a conversation's turns go in `prompt`, its last user turn in `task_prompt` (messages.py)
+            read = self.prompts(split, [i for i, _ in chosen], url, api_key)
+            columns["prompt"], columns["task_prompt"] = messages.columns(read)
+            self.conversations.update((split, i) for (i, _), turns in zip(chosen, read, strict=True) if len(turns) > 1)
         for key in sorted({k for spec in specs for k in spec} - set(RESERVED_COLUMNS)):
             columns[key] = one_type([spec.get(key) for spec in specs])
         return Dataset.from_dict(columns)

@@ -260,3 +260,25 @@ def _in_range(found: str) -> bool:
         digits = "".join(ch for ch in piece if ch.isdigit())
         parts.append(int(digits or 0))
     return RANGE[0] <= (parts[0], parts[1] if len(parts) > 1 else 0) < RANGE[1]
+
+
+def group_layout(environments: list[Any]) -> tuple[int, int]:
+    """(GRPO group size, position of this rank's first rollout within its group) for the batch whose environments
+    TRL passed to a reward function, read from the trainer on the stack (the one holding that very list)."""
+    frame: Any = sys._getframe(1)
+    for _ in range(_DEPTH):
+        if frame is None:
+            break
+        code = frame.f_code  # only methods' frames are read (see place())
+        trainer = frame.f_locals.get("self") if code.co_argcount and code.co_varnames[0] == "self" else None
+        if trainer is not None and _from_trl(type(trainer)) and getattr(trainer, "environments", None) is environments:
+            if not all(_has(trainer, path) for path in NEEDS):
+                break
+            training = bool(trainer.model.training)
+            group = trainer.num_generations if training else getattr(trainer, "num_generations_eval",
+                                                                     trainer.num_generations)
+            rank = trainer.accelerator.process_index
+            return int(group), (rank * len(environments)) % int(group)
+        frame = frame.f_back
+    raise RuntimeError("group_reward is a reward function for GRPOTrainer(reward_funcs=[...]): called elsewhere, the "
+                       "GRPO groups of the rollouts cannot be known")
