@@ -29,7 +29,7 @@ def group_reward(prompts: Sequence[Any], completions: Sequence[Any], environment
     """One comparative score per rollout, index-aligned with TRL's completions; None for a group not scored."""
     if environments is None:
         raise RuntimeError(ASYNC)
-    size, offset = trl.group_layout(list(environments))
+    size, offset = trl.group_layout(environments)
     if offset or len(environments) % size:
         raise RuntimeError(f"group_reward: this rank holds {len(environments)} rollouts starting {offset} into a "
                            f"GRPO group of {size}, so a group is split across ranks and cannot be scored in one "

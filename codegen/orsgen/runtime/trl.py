@@ -22,7 +22,7 @@ import logging
 import sys
 import threading
 import weakref
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
@@ -262,7 +262,7 @@ def _in_range(found: str) -> bool:
     return RANGE[0] <= (parts[0], parts[1] if len(parts) > 1 else 0) < RANGE[1]
 
 
-def group_layout(environments: list[Any]) -> tuple[int, int]:
+def group_layout(environments: Sequence[Any]) -> tuple[int, int]:
     """(GRPO group size, position of this rank's first rollout within its group) for the batch whose environments
     TRL passed to a reward function, read from the trainer on the stack (the one holding that very list)."""
     frame: Any = sys._getframe(1)
