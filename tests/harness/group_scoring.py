@@ -67,8 +67,9 @@ def train(module: Any, out_dir: str, indices: list[int], per_device: int = 8, st
 
 
 def main(module_path: str, out_dir: str, tasks: str, per_device: str) -> None:
-    from examples.demo import load_module
     from orsgen.runtime import adapter
+
+    from examples.demo import load_module
 
     module = load_module(Path(module_path))
     rank = int(os.environ.get("RANK", "0"))
