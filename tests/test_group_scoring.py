@@ -152,3 +152,38 @@ def test_two_ranks_score_their_own_groups_and_a_group_split_across_ranks_is_refu
     refusals = [r.get("refused", "") for r in split]  # each rank refuses, in one line
     assert len(refusals) == 2 and all("split across ranks" in r and "\n" not in r for r in refusals), refusals
     assert len(requests_of(log)) == 4  # nothing was sent for a split group
+
+
+def test_asyncgrpo_rollout_worker_refuses_group_reward_in_one_line(judged, tmp_path):
+    """TRL's AsyncGRPO rollout worker, run for real (tests/test_async_grpo.py): it scores each group through
+    reward_funcs but passes no `environments`, so group_reward stops it with one line and nothing is sent."""
+    from examples import tiny
+    from examples.demo import tool_methods
+    from tests.conftest import load
+    from tests.harness.completions import serving
+    from tests.test_async_grpo import run_worker
+
+    server, log = judged
+    path = tmp_path / "judged_async_tools.py"
+    assert orsgen(server.url, "--async-tools", "-o", str(path)).returncode == 0
+    mod = load(path)
+    train_rows = mod.dataset(indices=[0], prompts=True)
+    tok = tiny.tokenizer([tiny.conversation("Task 0: the capital of France?", "answer", {"text": "Paris"},
+                                            "correct")], tool_methods(mod.Judged()))
+    def script(prompt_text: str) -> str:
+        return "done<|eot|>" if "<|tool|>" in prompt_text else tiny.call_text("answer", {"text": "Paris"})
+
+    with serving(tok, script) as completions:
+        run = run_worker(
+            lambda samples: False, timeout=60,
+            model_name="tiny", dataset=train_rows, reward_funcs=[mod.group_reward], processing_class=tok,
+            eos_token_ids=[tok.eos_token_id], environment_factory=mod.Judged, num_generations=4,
+            max_inflight_tasks=4, vllm_server_url=completions.url, max_tokens=64, max_tool_calling_iterations=1,
+        )
+    mod.close_all()
+    settle()
+    assert isinstance(run.error, RuntimeError), run.error
+    message = str(run.error)
+    assert "\n" not in message and "AsyncGRPOTrainer does not" in message
+    assert run.failed and run.samples == [] and requests_of(log) == []
+    assert server.open_sessions() == []
