@@ -164,8 +164,8 @@ def test_asyncgrpo_rollout_worker_refuses_group_reward_in_one_line(judged, tmp_p
     from tests.test_async_grpo import run_worker
 
     server, log = judged
-    path = tmp_path / "judged_async_tools.py"
-    assert orsgen(server.url, "--async-tools", "-o", str(path)).returncode == 0
+    path = tmp_path / "judged_worker.py"  # sync tools: TRL 1.13's worker refuses async ones
+    assert orsgen(server.url, "-o", str(path)).returncode == 0
     mod = load(path)
     train_rows = mod.dataset(indices=[0], prompts=True)
     tok = tiny.tokenizer([tiny.conversation("Task 0: the capital of France?", "answer", {"text": "Paris"},

@@ -43,7 +43,7 @@ def group_reward(prompts: Sequence[Any], completions: Sequence[Any], environment
     async def together() -> list[list[float | None]]:
         return list(await asyncio.gather(*jobs))
 
-    scores = client.loop().run(together(), "tool")
+    scores = client.loop().submit(together()).result()  # each request is bounded (ORSGEN_TOOL_TIMEOUT) in _score
     return [score for group in scores for score in group]
 
 
@@ -66,13 +66,15 @@ async def _score(group: Sequence[Adapter], prompts: Sequence[Any], completions: 
                   for i, (p, c) in enumerate(zip(prompts, completions, strict=True))]
     requests["score_group"] += 1
     try:
-        scores = await session.score_group(candidates)
+        scores = await asyncio.wait_for(session.score_group(candidates), client.timeout("tool"))
     except ScoreGroupUnsupported as exc:
         client.once(f"score-group-unsupported-{id(group[0].pinned)}", logging.WARNING,
                     "orsgen: %s: its groups are not scored (None): %s", type(group[0]).__name__, exc)
         return unscored
     except Exception as exc:  # noqa: BLE001 - the judge failed, or the transport did: this group is unscored
-        log.warning("orsgen: %s is not scored (None): %s", where, client.describe(exc))
+        reason = f"no answer within {client.timeout('tool'):g}s (ORSGEN_TOOL_TIMEOUT)" if isinstance(
+            exc, asyncio.TimeoutError) else client.describe(exc)
+        log.warning("orsgen: %s is not scored (None): %s", where, reason)
         return unscored
     if len(scores) != len(group):
         log.warning("orsgen: %s is not scored: %d scores came back for %d rollouts", where, len(scores), len(group))
