@@ -155,35 +155,18 @@ def test_two_ranks_score_their_own_groups_and_a_group_split_across_ranks_is_refu
 
 
 def test_asyncgrpo_rollout_worker_refuses_group_reward_in_one_line(judged, tmp_path):
-    """TRL's AsyncGRPO rollout worker, run for real (tests/test_async_grpo.py): it scores each group through
-    reward_funcs but passes no `environments`, so group_reward stops it with one line and nothing is sent."""
-    from examples import tiny
-    from examples.demo import tool_methods
-    from tests.conftest import load
-    from tests.harness.completions import serving
-    from tests.test_async_grpo import run_worker
-
+    """TRL's AsyncGRPO rollout worker, run for real as tests/test_async_grpo.py runs it (in a process of its own
+    here): it scores each group through reward_funcs but passes no `environments`, so group_reward stops it with one
+    line and nothing is sent."""
     server, log = judged
     path = tmp_path / "judged_worker.py"  # sync tools: TRL 1.13's worker refuses async ones
     assert orsgen(server.url, "-o", str(path)).returncode == 0
-    mod = load(path)
-    train_rows = mod.dataset(indices=[0], prompts=True)
-    tok = tiny.tokenizer([tiny.conversation("Task 0: the capital of France?", "answer", {"text": "Paris"},
-                                            "correct")], tool_methods(mod.Judged()))
-    def script(prompt_text: str) -> str:
-        return "done<|eot|>" if "<|tool|>" in prompt_text else tiny.call_text("answer", {"text": "Paris"})
-
-    with serving(tok, script) as completions:
-        run = run_worker(
-            lambda samples: False, timeout=60,
-            model_name="tiny", dataset=train_rows, reward_funcs=[mod.group_reward], processing_class=tok,
-            eos_token_ids=[tok.eos_token_id], environment_factory=mod.Judged, num_generations=4,
-            max_inflight_tasks=4, vllm_server_url=completions.url, max_tokens=64, max_tool_calling_iterations=1,
-        )
-    mod.close_all()
+    run = subprocess.run([sys.executable, "-m", "tests.harness.group_scoring", "async", str(path)], check=False,
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    (line,) = [json.loads(x) for x in run.stdout.splitlines() if x.startswith('{"error"')]
+    assert line["error"] == "RuntimeError" and line["failed"] and line["samples"] == 0, line
+    assert "\n" not in line["message"] and "AsyncGRPOTrainer does not" in line["message"]
+    assert requests_of(log) == []
     settle()
-    assert isinstance(run.error, RuntimeError), run.error
-    message = str(run.error)
-    assert "\n" not in message and "AsyncGRPOTrainer does not" in message
-    assert run.failed and run.samples == [] and requests_of(log) == []
     assert server.open_sessions() == []

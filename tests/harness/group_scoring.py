@@ -84,5 +84,36 @@ def main(module_path: str, out_dir: str, tasks: str, per_device: str) -> None:
                       "steps": trainer.state.global_step}), flush=True)
 
 
+def async_worker(module_path: str) -> None:
+    """TRL's AsyncGRPO rollout worker (driven as tests/test_async_grpo.py drives it) with group_reward in its
+    reward_funcs, in a process of its own: prints how the worker ended."""
+    from examples import tiny
+    from examples.demo import load_module, tool_methods
+    from tests.harness.completions import serving
+    from tests.test_async_grpo import run_worker
+
+    module = load_module(Path(module_path))
+    rows = module.dataset(indices=[0], prompts=True)
+    tok = tiny.tokenizer([tiny.conversation("Task 0: the capital of France?", "answer", {"text": "Paris"},
+                                            "correct")], tool_methods(module.Judged()))
+
+    def script(prompt_text: str) -> str:
+        return "done<|eot|>" if "<|tool|>" in prompt_text else tiny.call_text("answer", {"text": "Paris"})
+
+    with serving(tok, script) as completions:
+        run = run_worker(
+            lambda samples: False, timeout=60,
+            model_name="tiny", dataset=rows, reward_funcs=[module.group_reward], processing_class=tok,
+            eos_token_ids=[tok.eos_token_id], environment_factory=module.Judged, num_generations=4,
+            max_inflight_tasks=4, vllm_server_url=completions.url, max_tokens=64, max_tool_calling_iterations=1,
+        )
+    module.close_all()
+    print(json.dumps({"error": type(run.error).__name__, "message": str(run.error), "failed": run.failed,
+                      "samples": len(run.samples)}), flush=True)
+
+
 if __name__ == "__main__":
-    main(*sys.argv[1:5])
+    if sys.argv[1] == "async":
+        async_worker(sys.argv[2])
+    else:
+        main(*sys.argv[1:5])

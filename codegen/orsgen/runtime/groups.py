@@ -17,6 +17,7 @@ from orsgen.runtime import client, messages, trl
 
 if TYPE_CHECKING:
     from orsgen.runtime.adapter import Adapter
+    from orsgen.runtime.pinned import Pinned
 
 log = logging.getLogger("orsgen")
 ASYNC = ("group_reward needs the rollouts' environments, which GRPOTrainer passes to reward functions and "
@@ -25,8 +26,9 @@ requests = {"score_group": 0}  # scoring requests sent by this process (the benc
 
 
 def group_reward(prompts: Sequence[Any], completions: Sequence[Any], environments: Sequence[Adapter] | None,
-                 accepted: Sequence[str]) -> list[float | None]:
-    """One comparative score per rollout, index-aligned with TRL's completions; None for a group not scored."""
+                 pinned: Pinned, accepted: Sequence[str]) -> list[float | None]:
+    """One comparative score per rollout, index-aligned with TRL's completions; None for a group not scored, and
+    for the groups of other environments (TRL's multi-environment mode: they are theirs to score)."""
     if environments is None:
         raise RuntimeError(ASYNC)
     size, offset = trl.group_layout(environments)
@@ -38,13 +40,19 @@ def group_reward(prompts: Sequence[Any], completions: Sequence[Any], environment
         if env._opening is not None:
             env._settle(env._opening)
     starts = range(0, len(environments), size)
-    jobs = [_score(environments[i:i + size], prompts[i:i + size], completions[i:i + size], accepted) for i in starts]
+    jobs = [_score(environments[i:i + size], prompts[i:i + size], completions[i:i + size], accepted)
+            if all(getattr(env, "pinned", None) is pinned for env in environments[i:i + size]) else _none(size)
+            for i in starts]
 
     async def together() -> list[list[float | None]]:
         return list(await asyncio.gather(*jobs))
 
     scores = client.loop().submit(together()).result()  # each request is bounded (ORSGEN_TOOL_TIMEOUT) in _score
     return [score for group in scores for score in group]
+
+
+async def _none(size: int) -> list[float | None]:
+    return [None] * size
 
 
 async def _score(group: Sequence[Adapter], prompts: Sequence[Any], completions: Sequence[Any],

@@ -126,4 +126,4 @@ def group_reward(
 ) -> list[float | None]:
     """Each GRPO group's transcripts, scored against each other by the environment on one of the group's sessions;
     None for a group it could not score. A reward function for GRPOTrainer (not AsyncGRPOTrainer)."""
-    return runtime.group_reward(prompts, completions, environments, MESSAGE_BLOCK_TYPES)
+    return runtime.group_reward(prompts, completions, environments, PINNED, MESSAGE_BLOCK_TYPES)
