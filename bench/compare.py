@@ -486,9 +486,9 @@ def bench_grpo(rec: Recorder, server: BenchServer, url: str, adapter_path: Path,
     grpo = GrpoRun(server, tokenizer, workdir, group)
     row_on, row_off, row_group = grpo_rows(group)
     done = []
-    turn = len(GRPO_SIDES)
+    sides = GRPO_SIDES if group == GRPO_GROUP else GRPO_SIDES[:3]  # group_reward: in the main pass only
     for r in range(runs):
-        for name, open_ahead, scored in GRPO_SIDES[r % turn:] + GRPO_SIDES[:r % turn]:
+        for name, open_ahead, scored in sides[r % len(sides):] + sides[:r % len(sides)]:
             if open_ahead is None:
                 result = run_trl(grpo, url, settle_s)
             else:
@@ -498,7 +498,7 @@ def bench_grpo(rec: Recorder, server: BenchServer, url: str, adapter_path: Path,
                 extra = {k: v for k, v in step.items()
                          if k.startswith("ahead_") or k == "score_group" or k.endswith("_ms") and k != "env_ms"}
                 if open_ahead is None:  # one TRL measurement, the reference of every orsgen row
-                    for row in (row_on, row_off, row_group):
+                    for row in (row_on, row_off, row_group)[:len(sides) - 1]:
                         rec.add(row + tag, "TRL", step["env_ms"], step["requests"], extra)
                 else:
                     row = row_group if scored else row_on if open_ahead else row_off
