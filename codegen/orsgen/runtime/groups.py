@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("orsgen")
 ASYNC = ("group_reward needs the rollouts' environments, which GRPOTrainer passes to reward functions and "
          "AsyncGRPOTrainer does not: with AsyncGRPOTrainer, train on get_reward() without group_reward")
-requests = {"score_group": 0}  # scoring requests sent by this process (the benchmark reads it)
+requests = {"score_group": 0}  # scoring requests sent by this process
 
 
 def group_reward(prompts: Sequence[Any], completions: Sequence[Any], environments: Sequence[Adapter] | None,
@@ -37,7 +37,7 @@ def group_reward(prompts: Sequence[Any], completions: Sequence[Any], environment
                            f"GRPO group of {size}, so a group is split across ranks and cannot be scored in one "
                            "request: make per_device_train_batch_size a multiple of num_generations")
     for env in environments:  # sessions still opening in the background (open_in_background): settled here
-        if env._opening is not None:
+        if getattr(env, "pinned", None) is pinned and env._opening is not None:
             env._settle(env._opening)
     starts = range(0, len(environments), size)
     jobs = [_score(environments[i:i + size], prompts[i:i + size], completions[i:i + size], accepted)
