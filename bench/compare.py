@@ -288,12 +288,13 @@ GRPO_STEPS, GRPO_BATCH, GRPO_GROUP = 3, 8, 4  # 3 steps of 8 rollouts: 2 groups 
 GRPO_SMALL_GROUP = 2  # a second pass with smaller groups (4 of 2 per step): open-ahead has less to overlap
 
 
-def grpo_rows(group: int) -> tuple[str, str, str]:
-    """The row names of a GRPO pass: open-ahead on (orsgen's default), off (the runtime before it), and on with the
-    EpisodeMetrics callback (its cost: the row next to the first)."""
+def grpo_rows(group: int) -> tuple[str, str, str, str]:
+    """The row names of a GRPO pass: open-ahead on (orsgen's default), off (the runtime before it), on with the
+    EpisodeMetrics callback (its cost: the row next to the first), and with group_reward in reward_funcs (one
+    score_group request per group; its time is the reward's, not the environment calls')."""
     size = "" if group == GRPO_GROUP else f", groups of {group}"
     row = f"GRPO step ({GRPO_BATCH} rollouts{size}): environment time"
-    return row, row + ", orsgen open-ahead off", row + ", orsgen with EpisodeMetrics"
+    return row, row + ", orsgen open-ahead off", row + ", orsgen with EpisodeMetrics", row + ", orsgen with group_reward"
 
 
 class EnvClock:
@@ -431,20 +432,23 @@ class GrpoRun:
             reset_ms = clock.by_call[k]["reset"] * 1000
             steps.append({"step": k, "env_ms": clock.seconds[k] * 1000, "reset_ms": reset_ms,
                           "tool_ms": clock.seconds[k] * 1000 - reset_ms, "step_ms": (t1 - t0) * 1000,
-                          "requests": requests, **{f"ahead_{n}": a1[n] - a0[n] for n in a1}})
+                          "requests": requests, **{f"ahead_{n}": a1[n] - a0[n] for n in a1},
+                          "score_group": sum(c for p, c in requests.items() if p.endswith("/score_group"))})
         return {"steps": steps, "ahead": ahead()}
 
 
 def run_orsgen(run: GrpoRun, adapter_path: Path, open_ahead: bool | str, settle_s: float,
-               owned: bool = False, metrics: bool = False) -> dict[str, Any]:
+               owned: bool = False, metrics: bool = False, group_reward: bool = False) -> dict[str, Any]:
     """One training with orsgen's adapter: `open_ahead` as ORSGEN_OPEN_AHEAD (True, False, "next-step"); `owned`:
-    no train_dataset, the environment owns the data; `metrics`: with the EpisodeMetrics callback."""
+    no train_dataset, the environment owns the data; `metrics`: with the EpisodeMetrics callback; `group_reward`:
+    the module's group_reward in reward_funcs."""
     module = load_module(adapter_path)  # a fresh copy per run, as a new training process would import it
     ahead = module.PINNED.ahead
     saved = os.environ.get("ORSGEN_OPEN_AHEAD")
     os.environ["ORSGEN_OPEN_AHEAD"] = "1" if open_ahead is True else "0" if open_ahead is False else str(open_ahead)
     try:
-        return run.train(None if owned else module.dataset(num_tasks=run.tasks), module.Bench, None,
+        return run.train(None if owned else module.dataset(num_tasks=run.tasks), module.Bench,
+                         [module.group_reward] if group_reward else None,
                          lambda: {"opened": ahead.opened, "taken": ahead.taken, "unused": ahead.unused},
                          lambda trainer: module.close_all(), settle_s,
                          (module.EpisodeMetrics(),) if metrics else ())
@@ -472,9 +476,9 @@ def run_trl(run: GrpoRun, url: str, settle_s: float) -> dict[str, Any]:
             spec._sdk_client.close()
 
 
-# (name, open_ahead: None for TRL, EpisodeMetrics on)
-GRPO_SIDES = (("orsgen", True, False), ("orsgen, open-ahead off", False, False), ("TRL", None, False),
-              ("orsgen, EpisodeMetrics", True, True))
+# (side, open_ahead or None for TRL, EpisodeMetrics on, group_reward in reward_funcs)
+GRPO_SIDES = (("orsgen", True, False, False), ("orsgen, open-ahead off", False, False, False), ("TRL", None, False, False),
+              ("orsgen, EpisodeMetrics", True, True, False), ("orsgen, group_reward", True, False, True))
 
 
 def bench_grpo(rec: Recorder, server: BenchServer, url: str, adapter_path: Path, tokenizer: Any, workdir: Path,
@@ -483,27 +487,29 @@ def bench_grpo(rec: Recorder, server: BenchServer, url: str, adapter_path: Path,
     first step pays one-offs on both sides: connections, orsgen's drift check). Returns every run, for the JSON."""
     settle_s = 0.1 + 3 * latency_ms / 1000
     grpo = GrpoRun(server, tokenizer, workdir, group)
-    row_on, row_off, row_metrics = grpo_rows(group)
+    row_on, row_off, row_metrics, row_group = grpo_rows(group)
     done = []
+    sides = GRPO_SIDES if group == GRPO_GROUP else GRPO_SIDES[:3]  # the callback, group_reward: main pass only
     for r in range(runs):
-        turn = r % len(GRPO_SIDES)
-        for name, open_ahead, metrics in GRPO_SIDES[turn:] + GRPO_SIDES[:turn]:
+        for name, open_ahead, metrics, scored in sides[r % len(sides):] + sides[:r % len(sides)]:
             if open_ahead is None:
                 result = run_trl(grpo, url, settle_s)
             else:
-                result = run_orsgen(grpo, adapter_path, open_ahead, settle_s, metrics=metrics)
+                result = run_orsgen(grpo, adapter_path, open_ahead, settle_s, metrics=metrics, group_reward=scored)
             done.append({"side": name, "latency_ms": latency_ms, "num_generations": group, "run": r, **result})
             for step in result["steps"][1:]:
-                extra = {k: v for k, v in step.items() if k.startswith("ahead_") or k.endswith("_ms") and k != "env_ms"}
+                extra = {k: v for k, v in step.items()
+                         if k.startswith("ahead_") or k == "score_group" or k.endswith("_ms") and k != "env_ms"}
                 if open_ahead is None:  # one TRL measurement, the reference of every orsgen row
-                    for row in (row_on, row_off, row_metrics):
+                    for row in (row_on, row_off, row_metrics, row_group)[:len(sides) - 1]:
                         rec.add(row + tag, "TRL", step["env_ms"], step["requests"], extra)
                 else:
-                    row = row_metrics if metrics else row_on if open_ahead else row_off
+                    row = row_group if scored else row_metrics if metrics else row_on if open_ahead else row_off
                     rec.add(row + tag, "orsgen", step["env_ms"], step["requests"], extra)
             env_ms = ", ".join(f"{s['env_ms']:.0f}" for s in result["steps"])
             print(f"  {name}, run {r + 1}/{runs}: environment ms per step {env_ms}; requests per step "
-                  f"{', '.join(str(sum(s['requests'].values())) for s in result['steps'])}"
+                  f"{', '.join(str(sum(s['requests'].values())) for s in result['steps'])}; score_group requests "
+                  f"per step {', '.join(str(s['score_group']) for s in result['steps'])}"
                   + (f"; opened ahead/taken/unused {result['ahead']}" if result["ahead"] else ""), flush=True)
     return done
 

@@ -15,7 +15,7 @@ from collections import Counter
 from enum import Enum
 from typing import Any, Literal
 
-from openreward.environments import Environment, TextBlock, ToolOutput, tool
+from openreward.environments import Environment, GroupCandidate, GroupScore, TextBlock, ToolOutput, tool
 from pydantic import BaseModel, Field, create_model
 
 HOST = "127.0.0.1"
@@ -55,6 +55,12 @@ class Bench(Environment):
         """Echo text back. Reward 1.0 when it is the task's word, 0.0 otherwise."""
         hit = params.text.strip() == self.task_spec["word"]
         return ToolOutput(blocks=[TextBlock(text=params.text)], reward=1.0 if hit else 0.0, finished=False)
+
+    def score_group(self, candidates: list[GroupCandidate]) -> list[GroupScore]:  # type: ignore[override]
+        """Group scoring (the "with group_reward" rows): 1.0 for each candidate that echoed the task's word."""
+        word = self.task_spec["word"]
+        return [GroupScore(reward=float(any(b.type == "tool_call" and b.input.get("text") == word
+                                            for m in c.messages for b in m.blocks))) for c in candidates]
 
 
 # The 100-tool environment: five argument shapes, cycled, so the schemas hold every construct orsgen maps.

@@ -28,7 +28,7 @@ from orsgen.builtin import templates
 from orsgen.config import Job, project_root
 from orsgen.errors import OrsgenError
 from orsgen.model import naming
-from orsgen.source import Probe, Source, _snap, fetch
+from orsgen.source import Probe, Source, _snap, fetch, scoring
 from orsgen.source import tasks as fetch_tasks
 
 BUNDLE_NAMES = frozenset({"bundle"})
@@ -201,7 +201,8 @@ def build(source: Source, snap: dict[str, Any], job: Job | None = None) -> tuple
     name = job.class_name or naming.class_name(source.name)
     if not name.isidentifier() or name.startswith("_") or keyword.iskeyword(name) or name in naming.MODULE_NAMES:
         raise OrsgenError(f"class name {name!r} is not a public Python identifier the module can use")
-    adapter = model.build(snap["tools"], name, source.env, snap.get("task_tools"), snap.get("terminal_tool"))
+    scoring = snap.get("message_block_types") if snap.get("supports_score_group") else None
+    adapter = model.build(snap["tools"], name, source.env, snap.get("task_tools"), snap.get("terminal_tool"), scoring)
     with template_errors(job.templates):
         text = render.module(adapter, source, snap, job)
     twice = _bound_twice(text)
@@ -280,5 +281,6 @@ def from_tools(data: Any, *, env: str = "env", class_name: str | None = None) ->
     """Module text for a tool list held in memory (the /tools shape, an MCP list, or a bare list)."""
     tools, rest = normalize.tool_list(data, "<tools>")
     extra: dict[str, Any] = {k: rest[k] for k in ("terminal_tool", "splits") if k in rest}
+    extra.update(scoring(rest))
     source = Source(target="<tools>", url=None, deployment=env, env=env, name=env, split="train")
     return build(source, _snap(env, tools, extra), Job("<tools>", Path("adapter.py"), class_name=class_name))

@@ -204,6 +204,9 @@ def render(text: str, adapter: Adapter, fmt: str = "text") -> tuple[str, int]:
     terminal = adapter.terminal
     if terminal:
         summary += f"; terminal tool {terminal.name} (not offered to the model)"
+    if adapter.group_scoring is not None:
+        summary += (f"; group scoring: group_reward posts each GRPO group to score_group (candidate blocks: "
+                    f"{', '.join(adapter.group_scoring)})")
     if fmt == "markdown":
         return _markdown(classes, adapter, summary), diffs
     return _text(classes, adapter, summary), diffs

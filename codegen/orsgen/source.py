@@ -67,6 +67,7 @@ def _from_file(target: str, path: Path, env: str | None) -> tuple[Source, dict[s
     if not name:  # the module pins it: a guess from the file name would send every request to the wrong path
         raise OrsgenError(f"{target} does not name its environment: pass --env NAME (its name on the server)")
     extra: dict[str, Any] = {k: rest[k] for k in ("terminal_tool", "splits", "task_tools") if k in rest}
+    extra.update(scoring(rest))
     if "task_tools" in extra and not isinstance(extra["task_tools"], dict):
         raise OrsgenError(f"{target}: 'task_tools' must be an object (the shape of an orsgen snapshot's)")
     split = _default_split(extra.get("splits"))
@@ -144,11 +145,22 @@ def _with_tools(source: Source, server: wire.Server, probe: Probe) -> tuple[Sour
     extra: dict[str, Any] = {"splits": splits}
     if rest.get("terminal_tool"):
         extra["terminal_tool"] = rest["terminal_tool"]
+    extra.update(scoring(rest))
     if per_task and probe.to_all:  # every task gets them: they join the shared tools, kept apart for the drift check
         per_task["all_tasks"] = True
     if per_task:
         extra["task_tools"] = per_task
     return source, _snap(source.env, tools, extra)
+
+
+def scoring(rest: dict[str, Any]) -> dict[str, Any]:
+    """What the snapshot records of group scoring: nothing for an environment without it (so its module and pin stay
+    what they were), else the flag and the message block types its candidates may carry."""
+    if rest.get("supports_score_group") is not True:
+        return {}
+    types = rest.get("message_block_types")
+    accepted = sorted({t for t in types if isinstance(t, str)}) if isinstance(types, list) else ["image", "text"]
+    return {"supports_score_group": True, "message_block_types": accepted}
 
 
 def task_indices(spec: str, count: int) -> list[int]:

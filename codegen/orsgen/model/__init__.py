@@ -84,6 +84,7 @@ class Adapter:
     unread: list[int] = field(default_factory=list)  # tasks of that split whose tools were not read: the base class
     to_all: list[str] = field(default_factory=list)  # tools read from some tasks and given to every task (the base)
     terminal: Terminal | None = None
+    group_scoring: list[str] | None = None  # block types score_group candidates may carry; None: it scores no groups
 
     def unread_spans(self) -> str:
         """The unread tasks as spans: "0, 2-5, 9"."""
@@ -123,7 +124,8 @@ UNREADABLE = "schema cannot be read"  # a tool skipped for this could not be gen
 
 
 def build(
-    tools: list[dict[str, Any]], class_name: str, env: str | None, task_tools: Any = None, terminal_tool: Any = None
+    tools: list[dict[str, Any]], class_name: str, env: str | None, task_tools: Any = None, terminal_tool: Any = None,
+    group_scoring: list[str] | None = None,
 ) -> Adapter:
     """The adapter for `tools`; `task_tools` (the snapshot's, if any) adds one subclass per task-specific tool set."""
     taken: set[str] = set()  # attribute names, shared by the base class and its variants
@@ -131,7 +133,7 @@ def build(
     skipped: list[tuple[str, str]] = []
     seen: set[str] = set()
     adapter = Adapter(class_name, env, _tools(tools, taken, prefixes, skipped, seen), skipped,
-                      terminal=Terminal.of(terminal_tool))
+                      terminal=Terminal.of(terminal_tool), group_scoring=group_scoring)
     if isinstance(task_tools, dict) and task_tools.get("tools"):
         extra = {t.wire_name: t for t in _tools(task_tools["tools"], taken, prefixes, skipped, seen)}
         adapter.notes = [f"task tools: {c}" for c in task_tools.get("conflicts") or []]

@@ -11,6 +11,7 @@ from orsgen import __version__
 from orsgen.runtime import hooks
 from orsgen.runtime.adapter import UNSET, Adapter, close_all
 from orsgen.runtime.errors import DriftError, StartError, ToolError, WrongServer, named
+from orsgen.runtime.groups import group_reward
 from orsgen.runtime.pinned import Pinned
 from orsgen.runtime.rewards import finished_reward, outcome_reward, shaped_reward, terminal_reward, total_reward
 from orsgen.runtime.rows import one_type
@@ -22,8 +23,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "API", "UNSET", "Adapter", "DriftError", "EpisodeMetrics", "Pinned", "StartError", "ToolError", "WrongServer",
-    "close_all", "finished_reward", "hooks", "named", "one_type", "outcome_reward", "require", "shaped_reward",
-    "terminal_reward", "total_reward",
+    "close_all", "finished_reward", "group_reward", "hooks", "named", "one_type", "outcome_reward", "require",
+    "shaped_reward", "terminal_reward", "total_reward",
 ]
 
 

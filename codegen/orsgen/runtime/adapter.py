@@ -19,7 +19,7 @@ import weakref
 from collections.abc import Coroutine, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from orsgen.runtime import ahead, client, hooks, trl
+from orsgen.runtime import ahead, client, hooks, messages, trl
 from orsgen.runtime.content import content
 from orsgen.runtime.errors import DriftError, StartError, ToolError
 
@@ -127,6 +127,7 @@ class Adapter:
     # True: a batch's first reset opens the rest of the batch's sessions (ahead.py); "next-step": with environment-
     # owned data, it also opens the next step's, once the batch's are open; False: every reset opens its own.
     open_ahead: ClassVar[bool | str] = True
+    _whole_conversation: ClassVar[bool] = False  # the prompt is every turn of /messages (dataset(prompts=True))
     # Episode state, for reward functions and shaping.
     reward: float | None
     rewards: list[float | None]
@@ -207,6 +208,7 @@ class Adapter:
             env = self._environment()
             where = trl.place(self, row)
             self._in_batch = where.batch is not None
+            messages.note(self.pinned, self._split, where.batch.rows if where.batch else [row])  # before any opens
             self._stream = where.batch.stream if where.batch is not None else None
             index = self._task(env, split, row, where)
             self.task_index, self._ended = index, False
@@ -374,7 +376,8 @@ class Adapter:
                     await self.pinned.check_drift(env, self._url)
                 await asyncio.wait_for(session.__aenter__(), limit)
                 await self.pinned.check_build(session, self._url)
-                opened = session, content(await asyncio.wait_for(session.get_prompt(), limit))
+                conversation = (split, index) in self.pinned.conversations
+                opened = session, await messages.prompt(session, self._whole_conversation, conversation, limit)
             except DriftError:
                 raise
             except Exception as exc:

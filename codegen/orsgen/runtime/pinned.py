@@ -72,6 +72,7 @@ class Pinned:
     order: Order = field(default_factory=Order, repr=False)
     ahead: Ahead = field(default_factory=Ahead, repr=False)
     failures: InARow = field(default_factory=InARow, repr=False)  # start failures in a row, of this environment
+    conversations: set[tuple[str, int]] = field(default_factory=set, repr=False)  # tasks served as turns (messages)
 
     def server(self, url: str | None) -> str | None:
         """The session server: the adapter's, else OPENREWARD_SESSION_URL, else the pinned one (None: the SDK's)."""

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
-from orsgen.runtime import client
+from orsgen.runtime import client, messages
 from orsgen.runtime.adapter import Adapter
 
 if TYPE_CHECKING:
@@ -47,8 +47,10 @@ def dataset(pinned: Pinned, split: str, num_tasks: int | None, indices: Sequence
     }
     if pinned.task_classes and split == pinned.task_tools_split:  # task-specific tools: route each row to its class
         columns["environment"] = [pinned.task_classes.get(i, pinned.default_class) for i, _ in chosen]
-    if prompts:
-        columns["task_prompt"] = read_prompts(pinned, split, [i for i, _ in chosen], url, api_key)
+    if prompts:  # a conversation's turns go in `prompt`, its last user turn in `task_prompt` (messages.py)
+        read = read_prompts(pinned, split, [i for i, _ in chosen], url, api_key)
+        columns["prompt"], columns["task_prompt"] = messages.columns(read)
+        pinned.conversations.update((split, i) for (i, _), turns in zip(chosen, read, strict=True) if len(turns) > 1)
     for key in sorted({k for spec in specs for k in spec} - set(RESERVED_COLUMNS)):
         columns[key] = one_type([spec.get(key) for spec in specs])
     return Dataset.from_dict(columns)
@@ -79,17 +81,21 @@ def task_specs(pinned: Pinned, split: str, start: int, stop: int | None, url: st
     return specs
 
 
-def read_prompts(pinned: Pinned, split: str, indices: list[int], url: str | None, api_key: str | None) -> list[str]:
-    """Each task's prompt text, read in short sessions, 8 at a time."""
+def read_prompts(pinned: Pinned, split: str, indices: list[int], url: str | None,
+                 api_key: str | None) -> list[list[dict[str, Any]]]:
+    """Each task's turns (`GET /messages`), read in short sessions, 8 at a time."""
+
     class Reader(Adapter):
         start_failures = "raise"
+        _whole_conversation = True
 
     Reader.pinned = pinned
 
-    def read(index: int) -> str:
+    def read(index: int) -> list[dict[str, Any]]:
         adapter = Reader(url=url, split=split, api_key=api_key, check_drift=False)
         try:
-            return str(adapter.reset(task_index=index))
+            turns: list[dict[str, Any]] = adapter.reset(task_index=index)
+            return turns
         finally:
             adapter._close(wait=True)
 

@@ -25,7 +25,7 @@ import logging
 import sys
 import threading
 import weakref
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
@@ -284,3 +284,25 @@ def trainer_of(callback: Any) -> Any | None:
             return owner
         frame = frame.f_back
     return None
+
+
+def group_layout(environments: Sequence[Any]) -> tuple[int, int]:
+    """(GRPO group size, position of this rank's first rollout within its group) for the batch whose environments
+    TRL passed to a reward function, read from the trainer on the stack (the one holding that very list)."""
+    frame: Any = sys._getframe(1)
+    for _ in range(_DEPTH):
+        if frame is None:
+            break
+        code = frame.f_code  # only methods' frames are read (see place())
+        trainer = frame.f_locals.get("self") if code.co_argcount and code.co_varnames[0] == "self" else None
+        if trainer is not None and _from_trl(type(trainer)) and getattr(trainer, "environments", None) is environments:
+            if not all(_has(trainer, path) for path in NEEDS):
+                break
+            training = bool(trainer.model.training)
+            group = trainer.num_generations if training else getattr(trainer, "num_generations_eval",
+                                                                     trainer.num_generations)
+            rank = trainer.accelerator.process_index
+            return int(group), (rank * len(environments)) % int(group)
+        frame = frame.f_back
+    raise RuntimeError("group_reward is a reward function for GRPOTrainer(reward_funcs=[...]): called elsewhere, the "
+                       "GRPO groups of the rollouts cannot be known")

@@ -1,0 +1,90 @@
+"""`group_reward`: each GRPO group's transcripts scored against each other by the environment (`score_group`).
+
+Groups are GRPO's: consecutive `num_generations` rollouts of one task, read from the trainer as TRL forms them.
+A group is posted, on one of its own sessions (still open: sessions close at the next batch's resets, at
+close_all() or at exit), as one request; a batch's groups are posted at once. A group that cannot be scored
+(unsupported, the judge failed, a session that never started) gets None for each rollout, never a made-up score.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from orsgen.runtime import client, messages, trl
+
+if TYPE_CHECKING:
+    from orsgen.runtime.adapter import Adapter
+    from orsgen.runtime.pinned import Pinned
+
+log = logging.getLogger("orsgen")
+ASYNC = ("group_reward needs the rollouts' environments, which GRPOTrainer passes to reward functions and "
+         "AsyncGRPOTrainer does not: with AsyncGRPOTrainer, train on get_reward() without group_reward")
+requests = {"score_group": 0}  # scoring requests sent by this process
+
+
+def group_reward(prompts: Sequence[Any], completions: Sequence[Any], environments: Sequence[Adapter] | None,
+                 pinned: Pinned, accepted: Sequence[str]) -> list[float | None]:
+    """One comparative score per rollout, index-aligned with TRL's completions; None for a group not scored, and
+    for the groups of other environments (TRL's multi-environment mode: they are theirs to score)."""
+    if environments is None:
+        raise RuntimeError(ASYNC)
+    size, offset = trl.group_layout(environments)
+    if offset or len(environments) % size:
+        raise RuntimeError(f"group_reward: this rank holds {len(environments)} rollouts starting {offset} into a "
+                           f"GRPO group of {size}, so a group is split across ranks and cannot be scored in one "
+                           "request: make per_device_train_batch_size a multiple of num_generations")
+    for env in environments:  # sessions still opening in the background (open_in_background): settled here
+        if getattr(env, "pinned", None) is pinned and env._opening is not None:
+            env._settle(env._opening)
+    starts = range(0, len(environments), size)
+    jobs = [_score(environments[i:i + size], prompts[i:i + size], completions[i:i + size], accepted)
+            if all(getattr(env, "pinned", None) is pinned for env in environments[i:i + size]) else _none(size)
+            for i in starts]
+
+    async def together() -> list[list[float | None]]:
+        return list(await asyncio.gather(*jobs))
+
+    scores = client.loop().submit(together()).result()  # each request is bounded (ORSGEN_TOOL_TIMEOUT) in _score
+    return [score for group in scores for score in group]
+
+
+async def _none(size: int) -> list[float | None]:
+    return [None] * size
+
+
+async def _score(group: Sequence[Adapter], prompts: Sequence[Any], completions: Sequence[Any],
+                 accepted: Sequence[str]) -> list[float | None]:
+    from openreward.api.environments.types import GroupCandidate
+    from openreward.api.errors import ScoreGroupUnsupported
+
+    unscored: list[float | None] = [None] * len(group)
+    tasks = {(env._episode_split, env.task_index) for env in group}
+    where = f"{type(group[0]).__name__}: the group of task {group[0].task_index}"
+    if len(tasks) > 1:  # never a judgement across tasks: the rows are not GRPO's groups
+        log.warning("orsgen: %s is not scored: its rollouts hold tasks %s, not one", where, sorted(map(str, tasks)))
+        return unscored
+    session = next((env._session for env in group if env._void is None and env._session is not None), None)
+    if session is None:
+        log.warning("orsgen: %s is not scored: none of its episodes started", where)
+        return unscored
+    candidates = [GroupCandidate(messages=messages.transcript(p, c, accepted), metadata={"rollout": i})
+                  for i, (p, c) in enumerate(zip(prompts, completions, strict=True))]
+    requests["score_group"] += 1
+    try:
+        scores = await asyncio.wait_for(session.score_group(candidates), client.timeout("tool"))
+    except ScoreGroupUnsupported as exc:
+        client.once(f"score-group-unsupported-{id(group[0].pinned)}", logging.WARNING,
+                    "orsgen: %s: its groups are not scored (None): %s", type(group[0]).__name__, exc)
+        return unscored
+    except Exception as exc:  # noqa: BLE001 - the judge failed, or the transport did: this group is unscored
+        reason = f"no answer within {client.timeout('tool'):g}s (ORSGEN_TOOL_TIMEOUT)" if isinstance(
+            exc, asyncio.TimeoutError) else client.describe(exc)
+        log.warning("orsgen: %s is not scored (None): %s", where, reason)
+        return unscored
+    if len(scores) != len(group):
+        log.warning("orsgen: %s is not scored: %d scores came back for %d rollouts", where, len(scores), len(group))
+        return unscored
+    return [float(score.reward) for score in scores]

@@ -1,0 +1,119 @@
+"""A GRPOTrainer run on the judged environment (tests/envs/judged.py) with `group_reward` in reward_funcs, used by
+tests/test_group_scoring.py in process and, as `torchrun ... -m tests.harness.group_scoring MODULE OUT TASKS
+PER_DEVICE`, by its two-rank test: each rank prints what group_reward returned and how many sessions it left open.
+
+Rollout k of a group answers ANSWERS[k] (None: no tool call), so the judge's scores tell the rollouts apart."""
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+ANSWERS = ["Paris", "It is Paris", "Rome", None]
+SCORES = [1.0, 0.5, 0.25, 0.0]  # what the judge gives them on task 0 (shortest correct answer wins)
+
+
+def train(module: Any, out_dir: str, indices: list[int], per_device: int = 8, steps: int = 2,
+          factory: Any = None) -> tuple[Any, list[list[float | None]], list[str]]:
+    """(trainer, what group_reward returned at each step, every prompt as the chat template rendered it)."""
+    import torch
+    from trl import GRPOTrainer
+
+    from examples import tiny
+    from examples.demo import tool_methods
+
+    torch.set_num_threads(1)
+    train_rows = module.dataset(indices=indices, prompts=True)
+    probe = module.Judged()
+    tok = tiny.tokenizer([[*row["prompt"][:-1], *tiny.conversation(row["task_prompt"], "answer", {"text": a},
+                                                                     "correct")] for row in train_rows for a in
+                          ("Paris", "Rome")], tool_methods(probe))
+    returned: list[list[float | None]] = []
+    rendered: list[str] = []
+
+    def group_reward(**kwargs: Any) -> list[float | None]:
+        scores = module.group_reward(**kwargs)
+        returned.append(scores)
+        return scores
+
+    def rollout(prompts: list[list[dict[str, Any]]], trainer: Any) -> dict[str, Any]:
+        prompt_ids, completion_ids = [], []
+        for i, prompt in enumerate(prompts):
+            ids = tok.apply_chat_template(prompt, tools=trainer.tools, add_generation_prompt=True, tokenize=True,
+                                          return_dict=True)["input_ids"]
+            rendered.append(tok.decode(ids))
+            prompt_ids.append(ids)
+            answer = ANSWERS[i % len(ANSWERS)]
+            text = tiny.call_text("answer", {"text": answer}) if answer else "I do not know<|eot|>"
+            completion_ids.append(tok(text, add_special_tokens=False)["input_ids"])
+        return {"prompt_ids": prompt_ids, "completion_ids": completion_ids, "logprobs": None}
+
+    trainer = GRPOTrainer(
+        model=tiny.model(tok),
+        processing_class=tok,
+        args=tiny.grpo_config(out_dir, steps, max_tool_calling_iterations=1, per_device_train_batch_size=per_device,
+                              num_generations=4, max_completion_length=48),
+        train_dataset=train_rows,
+        reward_funcs=[group_reward],
+        environment_factory=factory or module.Judged,
+        rollout_func=rollout,
+    )
+    trainer.train()
+    return trainer, returned, rendered
+
+
+def main(module_path: str, out_dir: str, tasks: str, per_device: str) -> None:
+    from orsgen.runtime import adapter
+
+    from examples.demo import load_module
+
+    module = load_module(Path(module_path))
+    rank = int(os.environ.get("RANK", "0"))
+    try:
+        trainer, returned, _ = train(module, out_dir, [int(t) for t in tasks.split(",")], int(per_device))
+    except RuntimeError as exc:  # the one line a refused layout gives
+        print(json.dumps({"rank": rank, "refused": str(exc)}), flush=True)
+        return
+    module.close_all()
+    live = [a for a in list(adapter._live) if a._session is not None or a._opening is not None]
+    print(json.dumps({"rank": rank, "returned": returned, "open_sessions": len(live),
+                      "steps": trainer.state.global_step}), flush=True)
+
+
+def async_worker(module_path: str) -> None:
+    """TRL's AsyncGRPO rollout worker (driven as tests/test_async_grpo.py drives it) with group_reward in its
+    reward_funcs, in a process of its own: prints how the worker ended."""
+    from examples import tiny
+    from examples.demo import load_module, tool_methods
+    from tests.harness.completions import serving
+    from tests.test_async_grpo import run_worker
+
+    module = load_module(Path(module_path))
+    rows = module.dataset(indices=[0], prompts=True)
+    tok = tiny.tokenizer([tiny.conversation("Task 0: the capital of France?", "answer", {"text": "Paris"},
+                                            "correct")], tool_methods(module.Judged()))
+
+    def script(prompt_text: str) -> str:
+        return "done<|eot|>" if "<|tool|>" in prompt_text else tiny.call_text("answer", {"text": "Paris"})
+
+    with serving(tok, script) as completions:
+        run = run_worker(
+            lambda samples: False, timeout=60,
+            model_name="tiny", dataset=rows, reward_funcs=[module.group_reward], processing_class=tok,
+            eos_token_ids=[tok.eos_token_id], environment_factory=module.Judged, num_generations=4,
+            max_inflight_tasks=4, vllm_server_url=completions.url, max_tokens=64, max_tool_calling_iterations=1,
+        )
+    module.close_all()
+    print(json.dumps({"error": type(run.error).__name__, "message": str(run.error), "failed": run.failed,
+                      "samples": len(run.samples)}), flush=True)
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "async":
+        async_worker(sys.argv[2])
+    else:
+        main(*sys.argv[1:5])
