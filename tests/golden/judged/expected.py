@@ -7,13 +7,14 @@
 Usage::
 
     from trl import GRPOConfig, GRPOTrainer
-    from expected import Judged, close_all, dataset
+    from expected import Judged, EpisodeMetrics, close_all, dataset
 
     trainer = GRPOTrainer(
         model=...,
         args=GRPOConfig(max_tool_calling_iterations=10),
         train_dataset=dataset(num_tasks=64),  # prompt: an empty user message, completed by reset()
         environment_factory=Judged,  # the reward comes from Judged.get_reward()
+        callbacks=[EpisodeMetrics()],  # orsgen/... figures (coverage, start failures, latency) in the logs
     )
     trainer.train()
     close_all()  # GRPOTrainer never closes its environments
@@ -45,6 +46,14 @@ total_reward = runtime.total_reward
 finished_reward = runtime.finished_reward
 shaped_reward = runtime.shaped_reward
 
+
+def __getattr__(name: str) -> Any:
+    """``EpisodeMetrics``, the runtime's TrainerCallback, imported on first use: it needs transformers."""
+    if name == "EpisodeMetrics":
+        return runtime.EpisodeMetrics
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 ORSGEN_VERSION = "0.2.0"
 TARGET = "tools.json"
 URL: str | None = None  # session server; None: OPENREWARD_SESSION_URL or the platform's
@@ -53,6 +62,8 @@ ENV: str | None = "judged"
 SPLIT = "train"
 BUILD_SHA: str | None = None  # the server's build when generated (GET /version), if it reports one
 ASYNC_TOOLS = False  # tool methods are coroutines: TRL runs the calls of one message concurrently
+# The options it was generated with ([tool.orsgen] keys): `orsgen THIS_FILE` regenerates it with them.
+ORSGEN_OPTIONS: dict[str, Any] = {"target": "tools.json", "env": "judged"}
 SNAPSHOT_SHA256 = "94e7bb709b3c451e4803aecb935bc2c8e36ed84efd19bf2c2b995d14eefce9f6"
 SNAPSHOT: dict[str, Any] = {
     "env": "judged",
