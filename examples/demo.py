@@ -16,6 +16,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, ClassVar
 
+from examples.tiny import tool_methods
+
 for key, value in {
     "HF_HUB_OFFLINE": "1",
     "HF_DATASETS_OFFLINE": "1",
@@ -57,12 +59,6 @@ def recording(adapter_class: type) -> type:
 
     Recording.__name__ = Recording.__qualname__ = adapter_class.__name__
     return Recording
-
-
-def tool_methods(instance: Any) -> list[Any]:
-    """The tools TRL will find on an environment instance (public functions other than reset/get_reward)."""
-    members = inspect.getmembers(type(instance), predicate=inspect.isfunction)
-    return [getattr(instance, n) for n, _ in members if not n.startswith("_") and n not in ("reset", "get_reward")]
 
 
 def options(argv: list[str] | None, doc: str | None, steps: int) -> argparse.Namespace:

@@ -7,6 +7,7 @@ template (how TRL pulls tool calls out of generated text) are this file's own fo
     <|tool|>result<|eot|>
 """
 
+import inspect
 import json
 import random
 from collections.abc import Callable, Sequence
@@ -48,6 +49,12 @@ RESPONSE_TEMPLATE = {
         "content": {"close_pattern": r"<\|eot\|>\s*", "content": "text"},
     },
 }
+
+
+def tool_methods(instance: Any) -> list[Any]:
+    """The tools TRL will find on an environment instance (public functions other than reset/get_reward)."""
+    members = inspect.getmembers(type(instance), predicate=inspect.isfunction)
+    return [getattr(instance, n) for n, _ in members if not n.startswith("_") and n not in ("reset", "get_reward")]
 
 
 def call_text(name: str, arguments: dict[str, Any]) -> str:

@@ -23,10 +23,11 @@ from typing import Any, ClassVar
 
 import pytest
 
-from examples import serve, tiny
-from examples.demo import tool_methods
-from tests.conftest import load, orsgen
+from examples import tiny
+from tests.harness import servers
 from tests.harness.completions import serving
+from tests.harness.generation import in_process, load
+from tests.harness.trainers import tool_methods
 
 pytestmark = pytest.mark.trainer  # trains or runs TRL code: also under the oldest TRL (.ci/trl-oldest)
 
@@ -39,9 +40,9 @@ QUESTIONS = {0: ("What is 2+2?", "4"), 1: ("Capital of France?", "Paris"), 2: ("
 @pytest.fixture(scope="module")
 def faulty_async(tmp_path_factory):
     """The faulty environment served live, and its adapter generated with --async-tools."""
-    with serve.running("tests.envs.faulty:Faulty") as server:
+    with servers.running("tests.envs.faulty:Faulty") as server:
         out = tmp_path_factory.mktemp("agrpo") / "faulty_async.py"
-        made = orsgen(server.url, "--async-tools", "-o", str(out))
+        made = in_process(server.url, "--async-tools", "-o", str(out))
         assert made.returncode == 0, made.stderr
         yield server, out
 
@@ -49,10 +50,10 @@ def faulty_async(tmp_path_factory):
 @pytest.fixture(scope="module")
 def quiz_async(tmp_path_factory):
     """The quiz environment (rewards 1.0 / -0.5) served live; its --async-tools adapter in an importable folder."""
-    with serve.running("tests.envs.quiz:Quiz", env={"ORSGEN_COUNT_REQUESTS": "1"}) as server:
+    with servers.running("tests.envs.quiz:Quiz", env={"ORSGEN_COUNT_REQUESTS": "1"}) as server:
         folder = tmp_path_factory.mktemp("agrpo_quiz")
         out = folder / "agrpo_quiz_adapter.py"
-        made = orsgen(server.url, "--async-tools", "-o", str(out))
+        made = in_process(server.url, "--async-tools", "-o", str(out))
         assert made.returncode == 0, made.stderr
         yield server, out
 
