@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from tests.harness import ROOT, servers
+from tests.harness import ROOT, servers, trainers
 from tests.harness.generation import in_process, load, orsgen
 from tests.harness.servers import settle
 
@@ -51,3 +51,10 @@ def _fresh_failure_count():
 
     adapter._failures.update(in_a_row=0, last=None)
     yield
+
+
+@pytest.fixture(autouse=True)
+def _tier(request, monkeypatch):
+    """A test without the `trainer` marker is in the fast tier (`make test-fast`): the harness builds it no trainer."""
+    if request.node.get_closest_marker("trainer") is None:
+        monkeypatch.setattr(trainers, "FAST_TIER", True)

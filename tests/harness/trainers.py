@@ -16,6 +16,8 @@ __all__ = ["ECHO_APPLE", "echo_the_word", "recording", "tool_methods", "tools_by
 
 # The one conversation the tokenizer is trained on when a test gives none: a rollout of the example environment.
 ECHO_APPLE = ("Echo the word apple", "echo", {"text": "apple"}, "apple")
+# Set by tests/conftest.py while a test without the `trainer` marker runs: the fast tier builds no trainer.
+FAST_TIER = False
 
 
 def tools_by_name(instance: Any) -> dict[str, Any]:
@@ -69,6 +71,8 @@ def trainer(
     `conversations` (default: ECHO_APPLE) and `tools`, rollouts whose first turn is `first_turn(i, prompt)`, and
     `tiny.grpo_config(out_dir, steps, max_tool_calling_iterations=1, **config)`. No `train_dataset`: the environment
     owns the data. `threads` sets torch's thread count first."""
+    if FAST_TIER:
+        raise RuntimeError("a GRPOTrainer in a test without @pytest.mark.trainer: mark it (the fast tier builds none)")
     import torch
     from trl import GRPOTrainer
 
