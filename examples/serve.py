@@ -18,7 +18,7 @@ import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 HOST = "127.0.0.1"
 
@@ -52,6 +52,7 @@ def main(specs: list[str] | None = None, wrap: Callable[[Any], Any] | None = Non
 class Running:
     url: str
     process: subprocess.Popen[bytes]
+    ENTRY: ClassVar[str] = "examples.serve"  # the module `start` runs (`python -m`), which takes main's arguments
 
     def kill(self) -> None:
         """Die without closing anything, as a crashed server does."""
@@ -69,10 +70,10 @@ class Running:
 
 
 def start(*specs: str, port: int | None = None, timeout: float = 30.0, env: dict[str, str] | None = None,
-          entry: str = "examples.serve") -> Running:
-    """Serve `specs` in a subprocess (`python -m entry`, which takes this module's arguments) once it is healthy."""
+          kind: type[Running] = Running) -> Running:
+    """Serve `specs` in a subprocess (`python -m kind.ENTRY`) and return a `kind` once it is healthy."""
     port = port or free_port()
-    cmd = [sys.executable, "-m", entry, *specs, "--port", str(port)]
+    cmd = [sys.executable, "-m", kind.ENTRY, *specs, "--port", str(port)]
     process = subprocess.Popen(cmd, env={**os.environ, **(env or {})}, stdout=subprocess.DEVNULL)
     url = f"http://{HOST}:{port}"
     deadline = time.monotonic() + timeout
@@ -82,7 +83,7 @@ def start(*specs: str, port: int | None = None, timeout: float = 30.0, env: dict
         try:
             with urllib.request.urlopen(f"{url}/health", timeout=1) as r:
                 if json.loads(r.read()).get("status") == "ok":
-                    return Running(url, process)
+                    return kind(url, process)
         except OSError:
             time.sleep(0.1)
     Running(url, process).stop()
@@ -90,8 +91,9 @@ def start(*specs: str, port: int | None = None, timeout: float = 30.0, env: dict
 
 
 @contextlib.contextmanager
-def running(*specs: str, port: int | None = None, env: dict[str, str] | None = None) -> Iterator[Running]:
-    server = start(*specs, port=port, env=env)
+def running(*specs: str, port: int | None = None, env: dict[str, str] | None = None,
+            kind: type[Running] = Running) -> Iterator[Running]:
+    server = start(*specs, port=port, env=env, kind=kind)
     try:
         yield server
     finally:

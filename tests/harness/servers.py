@@ -3,13 +3,12 @@ started as `python -m tests.harness.servers`, which with ORSGEN_COUNT_REQUESTS=1
 a test asserts on what the server saw: `start()`/`running()` give a `Served` that reads that log.
 """
 
-import contextlib
 import json
 import os
 import time
 import urllib.request
-from collections.abc import Iterator
-from typing import Any
+from contextlib import AbstractContextManager
+from typing import Any, cast
 
 from examples import serve
 from examples.serve import HOST, free_port
@@ -124,6 +123,8 @@ def _body_into(record: dict[str, Any], receive: Any) -> Any:
 class Served(serve.Running):
     """A running test server; the readers below need it started with ORSGEN_COUNT_REQUESTS=1."""
 
+    ENTRY = __name__  # python -m tests.harness.servers: the example's server, with the request log
+
     def requests(self) -> dict[str, int]:
         """Requests received since the last call (the server must run with ORSGEN_COUNT_REQUESTS=1)."""
         with urllib.request.urlopen(f"{self.url}/_requests", timeout=5) as r:
@@ -168,17 +169,11 @@ def settle(timeout: float = 10.0) -> None:
 
 
 def start(*specs: str, port: int | None = None, timeout: float = 30.0, env: dict[str, str] | None = None) -> Served:
-    server = serve.start(*specs, port=port, timeout=timeout, env=env, entry=__name__)
-    return Served(server.url, server.process)
+    return cast(Served, serve.start(*specs, port=port, timeout=timeout, env=env, kind=Served))
 
 
-@contextlib.contextmanager
-def running(*specs: str, port: int | None = None, env: dict[str, str] | None = None) -> Iterator[Served]:
-    server = start(*specs, port=port, env=env)
-    try:
-        yield server
-    finally:
-        server.stop()
+def running(*specs: str, port: int | None = None, env: dict[str, str] | None = None) -> AbstractContextManager[Served]:
+    return cast(AbstractContextManager[Served], serve.running(*specs, port=port, env=env, kind=Served))
 
 
 if __name__ == "__main__":
