@@ -18,7 +18,7 @@ import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 HOST = "127.0.0.1"
 
@@ -51,8 +51,13 @@ def main(specs: list[str] | None = None, wrap: Callable[[Any], Any] | None = Non
 @dataclass
 class Running:
     url: str
-    process: subprocess.Popen[bytes]
-    ENTRY: ClassVar[str] = "examples.serve"  # the module `start` runs (`python -m`), which takes main's arguments
+    process: Any  # a subprocess.Popen, or what acts as one
+
+    @staticmethod
+    def spawn(specs: list[str], port: int, env: dict[str, str]) -> Any:
+        """The server's process (a Popen, or what acts as one): `python -m examples.serve SPECS --port PORT`."""
+        cmd = [sys.executable, "-m", "examples.serve", *specs, "--port", str(port)]
+        return subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL)
 
     def kill(self) -> None:
         """Die without closing anything, as a crashed server does."""
@@ -71,10 +76,9 @@ class Running:
 
 def start(*specs: str, port: int | None = None, timeout: float = 30.0, env: dict[str, str] | None = None,
           kind: type[Running] = Running) -> Running:
-    """Serve `specs` in a subprocess (`python -m kind.ENTRY`) and return a `kind` once it is healthy."""
+    """Serve `specs` in a process of their own (`kind.spawn`) and return a `kind` once it is healthy."""
     port = port or free_port()
-    cmd = [sys.executable, "-m", kind.ENTRY, *specs, "--port", str(port)]
-    process = subprocess.Popen(cmd, env={**os.environ, **(env or {})}, stdout=subprocess.DEVNULL)
+    process = kind.spawn(list(specs), port, {**os.environ, **(env or {})})
     url = f"http://{HOST}:{port}"
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

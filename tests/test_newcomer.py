@@ -110,7 +110,7 @@ def test_ctrl_c_during_generation(tmp_path):
         stdout, stderr = child.communicate(timeout=30)
     finally:
         server.kill()  # its tool listing never returns
-    assert child.returncode == 130
+    assert child.returncode == 130, stderr
     assert stderr == "orsgen: interrupted\n" and stdout == ""
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["asked"]  # nothing written, no temporary file
 

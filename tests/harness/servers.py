@@ -3,8 +3,13 @@ started as `python -m tests.harness.servers`, which with ORSGEN_COUNT_REQUESTS=1
 a test asserts on what the server saw: `start()`/`running()` give a `Served` that reads that log.
 """
 
+import atexit
 import json
 import os
+import signal
+import subprocess
+import sys
+import threading
 import time
 import urllib.request
 from contextlib import AbstractContextManager
@@ -123,7 +128,10 @@ def _body_into(record: dict[str, Any], receive: Any) -> Any:
 class Served(serve.Running):
     """A running test server; the readers below need it started with ORSGEN_COUNT_REQUESTS=1."""
 
-    ENTRY = __name__  # python -m tests.harness.servers: the example's server, with the request log
+    @staticmethod
+    def spawn(specs: list[str], port: int, env: dict[str, str]) -> Any:
+        """A process forked by the zygote (tests/harness/zygote.py), which imported the SDK and uvicorn once."""
+        return _zygote().start(specs, port, env)
 
     def requests(self) -> dict[str, int]:
         """Requests received since the last call (the server must run with ORSGEN_COUNT_REQUESTS=1)."""
@@ -176,5 +184,76 @@ def running(*specs: str, port: int | None = None, env: dict[str, str] | None = N
     return cast(AbstractContextManager[Served], serve.running(*specs, port=port, env=env, kind=Served))
 
 
-if __name__ == "__main__":
+def main() -> None:
+    """`python -m tests.harness.servers module:Class ... --port N`: the example's server; with
+    ORSGEN_COUNT_REQUESTS=1 it logs every request (what the zygote's children run)."""
     serve.main(wrap=Counting if os.environ.get("ORSGEN_COUNT_REQUESTS") else None)
+
+
+class Forked:
+    """A server process forked by the zygote, as far as the tests use one: poll, wait, send_signal, kill."""
+
+    def __init__(self, zygote: "Zygote", pid: int) -> None:
+        self.zygote, self.pid = zygote, pid
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            self.returncode = self.zygote.ask({"poll": self.pid})["returncode"]
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while (code := self.poll()) is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(f"server {self.pid}", timeout or 0)
+            time.sleep(0.05)
+        return code
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:  # not reaped yet: the pid is still this server's
+            os.kill(self.pid, sig)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+
+class Zygote:
+    """The test process's end of the zygote: one request, one answer, over its stdin and stdout."""
+
+    def __init__(self) -> None:
+        self.process = subprocess.Popen([sys.executable, "-m", "tests.harness.zygote"], stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, text=True)
+        self.lock = threading.Lock()
+        atexit.register(self.close)
+
+    def ask(self, request: dict[str, Any]) -> dict[str, Any]:
+        assert self.process.stdin and self.process.stdout
+        with self.lock:
+            self.process.stdin.write(json.dumps(request) + "\n")
+            self.process.stdin.flush()
+            answer = self.process.stdout.readline()
+        if not answer:
+            raise RuntimeError(f"the server zygote exited with code {self.process.wait()}")
+        return dict(json.loads(answer))
+
+    def start(self, specs: list[str], port: int, env: dict[str, str]) -> Forked:
+        return Forked(self, self.ask({"start": specs, "port": port, "env": env})["pid"])
+
+    def close(self) -> None:
+        if self.process.stdin:
+            self.process.stdin.close()
+        self.process.wait(timeout=30)
+
+
+_zygotes: list[Zygote] = []
+
+
+def _zygote() -> Zygote:
+    if not _zygotes or _zygotes[0].process.poll() is not None:
+        _zygotes[:] = [Zygote()]
+    return _zygotes[0]
+
+
+if __name__ == "__main__":
+    main()
