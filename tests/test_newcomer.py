@@ -100,8 +100,14 @@ def test_ctrl_c_during_generation(tmp_path):
     mark, out = tmp_path / "asked", tmp_path / "gen" / "stalled.py"
     server = servers.start("tests.envs.stalled:Stalled", env={"STALLED_MARK": str(mark)})
     try:
-        child = subprocess.Popen([sys.executable, "-m", "orsgen", server.url, "-o", str(out)],
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        # SIGINT handled, as in a terminal, also when these tests run in the background of a shell: it starts them
+        # with SIGINT ignored, which a child would inherit (a handler is not inherited: the child gets the default)
+        ignored = signal.signal(signal.SIGINT, signal.default_int_handler)
+        try:
+            child = subprocess.Popen([sys.executable, "-m", "orsgen", server.url, "-o", str(out)],
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        finally:
+            signal.signal(signal.SIGINT, ignored)
         deadline = time.monotonic() + 60
         while not mark.exists() and child.poll() is None and time.monotonic() < deadline:
             time.sleep(0.05)
