@@ -1,10 +1,11 @@
-# Two commands on a fresh machine: `make demo` (set up, then the main job) and `make test`.
+# Two commands on a fresh machine: `make demo` (set up, then the main job) and `make test`; `make test-fast` is the
+# quick check while working (everything but the `trainer` tier: real trainers, torchrun, spawned workers).
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 EXAMPLE_PORT := 8031
 
-.PHONY: setup demo test test-trl-oldest lint generate check golden bench clean
+.PHONY: setup demo test test-fast test-trl-oldest lint generate check golden bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -19,6 +20,9 @@ demo: setup
 
 test: setup
 	$(PY) -m pytest -q
+
+test-fast: setup
+	$(PY) -m pytest -q -m "not trainer"
 
 # The oldest TRL of the `train` extra's range, in .venv-trl-oldest: a training install, then the trainer tests.
 test-trl-oldest:

@@ -518,7 +518,7 @@ def grpo_tokenizer(adapter_path: Path) -> Any:
     """The tiny model's tokenizer, trained once on a conversation calling the echo tool (both sides' tool is the
     same `echo(text)`)."""
     from examples import tiny
-    from examples.demo import tool_methods
+    from examples.tiny import tool_methods
 
     module = load_module(adapter_path)
     tools = tool_methods(module.Bench())

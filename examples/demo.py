@@ -14,7 +14,8 @@ import time
 import warnings
 from pathlib import Path
 from types import ModuleType
-from typing import Any, ClassVar
+
+from examples.tiny import recording, tool_methods
 
 for key, value in {
     "HF_HUB_OFFLINE": "1",
@@ -37,28 +38,6 @@ def load_module(path: Path) -> ModuleType:
     sys.modules[path.stem] = module
     spec.loader.exec_module(module)
     return module
-
-
-def recording(adapter_class: type) -> type:
-    """A subclass whose tool calls are logged in `calls` through the runtime's tool_call hook; its tools are exactly
-    the adapter's."""
-    from orsgen.runtime import hooks
-
-    class Recording(adapter_class):  # type: ignore[misc, valid-type]
-        calls: ClassVar[list[tuple[str, dict[str, Any], Any]]] = []
-
-    def record(call: hooks.ToolCall) -> None:
-        Recording.calls.append((call.name, call.arguments, call.result if call.error is None else f"error: {call.error}"))
-
-    hooks.add("tool_call", record, Recording)
-    Recording.__name__ = Recording.__qualname__ = adapter_class.__name__
-    return Recording
-
-
-def tool_methods(instance: Any) -> list[Any]:
-    """The tools TRL will find on an environment instance (public functions other than reset/get_reward)."""
-    members = inspect.getmembers(type(instance), predicate=inspect.isfunction)
-    return [getattr(instance, n) for n, _ in members if not n.startswith("_") and n not in ("reset", "get_reward")]
 
 
 def options(argv: list[str] | None, doc: str | None, steps: int) -> argparse.Namespace:

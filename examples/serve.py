@@ -1,7 +1,8 @@
 """Run ORS environments with the openreward SDK's own `Server` under uvicorn, on 127.0.0.1 only.
 
 `python -m examples.serve module:Class [module:Class ...] --port N` serves them;
-`running(...)` starts that in a subprocess, waits for `/health`, and stops it afterwards.
+`running(...)` starts that in a subprocess, waits for `/health`, and stops it afterwards. (The tests' servers,
+which also log what they were asked, are tests/harness/servers.py.)
 """
 
 import argparse
@@ -15,7 +16,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,7 +34,8 @@ def load(spec: str) -> type:
     return getattr(importlib.import_module(module), name)
 
 
-def main(specs: list[str] | None = None) -> None:
+def main(specs: list[str] | None = None, wrap: Callable[[Any], Any] | None = None) -> None:
+    """Serve the environments `specs` (or the command line's) on 127.0.0.1; `wrap(app)` is the ASGI app served."""
     p = argparse.ArgumentParser(description=__doc__)
     if specs is None:
         p.add_argument("envs", nargs="+", metavar="module:Class")
@@ -43,149 +45,19 @@ def main(specs: list[str] | None = None) -> None:
     from openreward.environments import Server
 
     server = Server([load(s) for s in specs or args.envs])
-    app = Counting(server.app) if os.environ.get("ORSGEN_COUNT_REQUESTS") else server.app
-    uvicorn.run(app, host=HOST, port=args.port, log_level="warning")
-
-
-class Counting:
-    """ASGI wrapper counting requests by "METHOD /path" and tracking open sessions (a 200 on /create opens one,
-    /delete closes it). `GET /_requests` returns the counts and resets them; `GET /_sessions` the open ones;
-    `GET /_log` every request so far with its session and times, `GET /_headers` with its headers; `GET /_creates` every `POST /create` so far, in the order they arrived: {"session": X-Session-ID, "body": the
-    JSON body (it holds "split" and "index"), "status": the response status, "arrived"/"answered": the server's
-    monotonic clock when the request came in and when its answer started}."""
-
-    def __init__(self, app: Any) -> None:
-        self.app = app
-        self.counts: dict[str, int] = {}
-        self.open: set[str] = set()
-        self.creates: list[dict[str, Any]] = []
-        self.log: list[dict[str, Any]] = []  # every request: "METHOD /path", session, arrived, answered
-        # ORSGEN_CAPACITY=N: at N sessions open (or opening), `POST /create` is refused with 429, as a full sandbox
-        # pool refuses; `POST /_capacity` with a number sets it (0: none).
-        self.capacity = int(os.environ.get("ORSGEN_CAPACITY", "0"))
-        self.opening = 0
-        self.headers: list[dict[str, Any]] = []  # every request: "METHOD /path" and its headers
-
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
-            return await self.app(scope, receive, send)
-        if scope["path"] in ("/_requests", "/_sessions", "/_creates", "/_log", "/_headers"):
-            reply: Any = {"/_requests": self.counts, "/_sessions": sorted(self.open), "/_creates": self.creates,
-                          "/_log": self.log, "/_headers": self.headers}
-            reply = reply[scope["path"]]
-            if scope["path"] == "/_requests":
-                self.counts = {}
-            await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]})
-            return await send({"type": "http.response.body", "body": json.dumps(reply).encode()})
-        if scope["path"] == "/_capacity":
-            self.capacity = int(await _read(receive) or 0)
-            await send({"type": "http.response.start", "status": 200, "headers": []})
-            return await send({"type": "http.response.body", "body": b""})
-        key = f"{scope['method']} {scope['path']}"
-        self.counts[key] = self.counts.get(key, 0) + 1
-        sid = dict(scope["headers"]).get(b"x-session-id", b"").decode()
-        logged = {"request": key, "session": sid, "arrived": time.monotonic(), "answered": None}
-        self.log.append(logged)
-        self.headers.append({"request": key, "headers": {k.decode("latin-1"): v.decode("latin-1")
-                                                         for k, v in scope["headers"]}})
-        created: dict[str, Any] | None = None
-        if key == "POST /create":
-            created = {"session": sid, "body": None, "status": None, "arrived": time.monotonic(), "answered": None}
-            self.creates.append(created)  # on arrival, so the log keeps the order the requests came in
-            receive = _body_into(created, receive)
-            if self.capacity and len(self.open) + self.opening >= self.capacity:
-                while (await receive()).get("more_body", False):  # the body, into the log
-                    pass
-                created["status"], logged["answered"] = 429, time.monotonic()
-                created["answered"] = logged["answered"]
-                await send({"type": "http.response.start", "status": 429,
-                            "headers": [(b"content-type", b"application/json"), (b"retry-after", b"1")]})
-                return await send({"type": "http.response.body", "body": b'{"detail":"at capacity"}'})
-            self.opening += 1
-
-        async def watch(message: dict[str, Any]) -> None:
-            if message["type"] == "http.response.start":
-                logged["answered"] = time.monotonic()
-                if created is not None:
-                    created["status"], created["answered"] = message["status"], time.monotonic()
-                if message["status"] == 200 and sid:
-                    if key == "POST /create":
-                        self.open.add(sid)
-                    elif key == "POST /delete":
-                        self.open.discard(sid)
-            await send(message)
-
-        try:
-            return await self.app(scope, receive, watch)
-        finally:
-            if created is not None:
-                self.opening -= 1
-
-
-async def _read(receive: Any) -> str:
-    chunks = []
-    while True:
-        message = await receive()
-        chunks.append(message.get("body", b""))
-        if not message.get("more_body", False):
-            return b"".join(chunks).decode()
-
-
-def _body_into(record: dict[str, Any], receive: Any) -> Any:
-    """`receive`, also collecting the request body into record["body"] (parsed JSON, or the text if it is not)."""
-    chunks: list[bytes] = []
-
-    async def reading() -> dict[str, Any]:
-        message = await receive()
-        if message["type"] == "http.request":
-            chunks.append(message.get("body", b""))
-            if not message.get("more_body", False):
-                raw = b"".join(chunks)
-                try:
-                    record["body"] = json.loads(raw)
-                except ValueError:
-                    record["body"] = raw.decode(errors="replace")
-        return message
-
-    return reading
+    uvicorn.run(wrap(server.app) if wrap else server.app, host=HOST, port=args.port, log_level="warning")
 
 
 @dataclass
 class Running:
     url: str
-    process: subprocess.Popen[bytes]
+    process: Any  # a subprocess.Popen, or what acts as one
 
-    def requests(self) -> dict[str, int]:
-        """Requests received since the last call (the server must run with ORSGEN_COUNT_REQUESTS=1)."""
-        with urllib.request.urlopen(f"{self.url}/_requests", timeout=5) as r:
-            return dict(json.loads(r.read()))
-
-    def open_sessions(self) -> list[str]:
-        """Sessions created and not deleted (the server must run with ORSGEN_COUNT_REQUESTS=1)."""
-        with urllib.request.urlopen(f"{self.url}/_sessions", timeout=5) as r:
-            return list(json.loads(r.read()))
-
-    def creates(self) -> list[dict[str, Any]]:
-        """Every `POST /create` the server received, in order: {"session", "body" ({"split", "index", ...}),
-        "status"} (the server must run with ORSGEN_COUNT_REQUESTS=1)."""
-        with urllib.request.urlopen(f"{self.url}/_creates", timeout=5) as r:
-            return list(json.loads(r.read()))
-
-    def log(self) -> list[dict[str, Any]]:
-        """Every request the server received, in order: {"request", "session", "arrived", "answered"} (monotonic
-        seconds; the server must run with ORSGEN_COUNT_REQUESTS=1)."""
-        with urllib.request.urlopen(f"{self.url}/_log", timeout=5) as r:
-            return list(json.loads(r.read()))
-
-    def set_capacity(self, sessions: int) -> None:
-        """Refuse `POST /create` with 429 at this many sessions open or opening (0: never); ORSGEN_COUNT_REQUESTS=1."""
-        urllib.request.urlopen(urllib.request.Request(f"{self.url}/_capacity", data=str(sessions).encode()), timeout=5)
-
-    def headers(self) -> list[dict[str, Any]]:
-        """Every request the server received, in order: {"request": "METHOD /path", "headers": {name: value}} (the
-        server must run with ORSGEN_COUNT_REQUESTS=1)."""
-        with urllib.request.urlopen(f"{self.url}/_headers", timeout=5) as r:
-            return list(json.loads(r.read()))
+    @staticmethod
+    def spawn(specs: list[str], port: int, env: dict[str, str]) -> Any:
+        """The server's process (a Popen, or what acts as one): `python -m examples.serve SPECS --port PORT`."""
+        cmd = [sys.executable, "-m", "examples.serve", *specs, "--port", str(port)]
+        return subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL)
 
     def kill(self) -> None:
         """Die without closing anything, as a crashed server does."""
@@ -202,10 +74,11 @@ class Running:
                 self.process.wait()
 
 
-def start(*specs: str, port: int | None = None, timeout: float = 30.0, env: dict[str, str] | None = None) -> Running:
+def start(*specs: str, port: int | None = None, timeout: float = 30.0, env: dict[str, str] | None = None,
+          kind: type[Running] = Running) -> Running:
+    """Serve `specs` in a process of their own (`kind.spawn`) and return a `kind` once it is healthy."""
     port = port or free_port()
-    cmd = [sys.executable, "-m", "examples.serve", *specs, "--port", str(port)]
-    process = subprocess.Popen(cmd, env={**os.environ, **(env or {})}, stdout=subprocess.DEVNULL)
+    process = kind.spawn(list(specs), port, {**os.environ, **(env or {})})
     url = f"http://{HOST}:{port}"
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -214,7 +87,7 @@ def start(*specs: str, port: int | None = None, timeout: float = 30.0, env: dict
         try:
             with urllib.request.urlopen(f"{url}/health", timeout=1) as r:
                 if json.loads(r.read()).get("status") == "ok":
-                    return Running(url, process)
+                    return kind(url, process)
         except OSError:
             time.sleep(0.1)
     Running(url, process).stop()
@@ -222,8 +95,9 @@ def start(*specs: str, port: int | None = None, timeout: float = 30.0, env: dict
 
 
 @contextlib.contextmanager
-def running(*specs: str, port: int | None = None, env: dict[str, str] | None = None) -> Iterator[Running]:
-    server = start(*specs, port=port, env=env)
+def running(*specs: str, port: int | None = None, env: dict[str, str] | None = None,
+            kind: type[Running] = Running) -> Iterator[Running]:
+    server = start(*specs, port=port, env=env, kind=kind)
     try:
         yield server
     finally:

@@ -7,10 +7,11 @@ template (how TRL pulls tool calls out of generated text) are this file's own fo
     <|tool|>result<|eot|>
 """
 
+import inspect
 import json
 import random
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 SPECIAL = ["<|pad|>", "<|sys|>", "<|user|>", "<|bot|>", "<|tool|>", "<|eot|>"]
 MARKERS = ["<tool>", "</tool>"]
@@ -48,6 +49,29 @@ RESPONSE_TEMPLATE = {
         "content": {"close_pattern": r"<\|eot\|>\s*", "content": "text"},
     },
 }
+
+
+def tool_methods(instance: Any) -> list[Any]:
+    """The tools TRL will find on an environment instance (public functions other than reset/get_reward)."""
+    members = inspect.getmembers(type(instance), predicate=inspect.isfunction)
+    return [getattr(instance, n) for n, _ in members if not n.startswith("_") and n not in ("reset", "get_reward")]
+
+
+def recording(adapter_class: type) -> type:
+    """A subclass whose tool calls (name, arguments, result or "error: ...") are logged in `calls` through the
+    runtime's tool_call hook; its tools and its name are exactly the adapter's (TRL names the reward column after
+    the class)."""
+    from orsgen.runtime import hooks
+
+    class Recording(adapter_class):  # type: ignore[misc, valid-type]
+        calls: ClassVar[list[tuple[str, dict[str, Any], Any]]] = []
+
+    def record(call: hooks.ToolCall) -> None:
+        Recording.calls.append((call.name, call.arguments, call.result if call.error is None else f"error: {call.error}"))
+
+    hooks.add("tool_call", record, Recording)
+    Recording.__name__ = Recording.__qualname__ = adapter_class.__name__
+    return Recording
 
 
 def call_text(name: str, arguments: dict[str, Any]) -> str:

@@ -9,19 +9,14 @@ import sys
 import pytest
 from transformers.utils import get_json_schema
 
-from tests.conftest import orsgen
-
-
-def tool_methods(instance):
-    members = inspect.getmembers(type(instance), predicate=inspect.isfunction)
-    return {getattr(instance, n).__name__: getattr(instance, n) for n, _ in members
-            if not n.startswith("_") and n not in ("reset", "get_reward")}
+from tests.harness.generation import in_process, load
+from tests.harness.trainers import tools_by_name
 
 
 def test_echo_rollout(echo_server, generate):
     mod = generate(echo_server.url)
     adapter = mod.Echo()
-    tools = tool_methods(adapter)
+    tools = tools_by_name(adapter)
     assert sorted(tools) == ["echo", "hint"]
     for fn in tools.values():
         get_json_schema(fn)
@@ -51,7 +46,7 @@ def test_second_env_on_multi_env_server(multi_server, generate):
     quiz = generate(multi_server.url, "--env", "Quiz", name="quiz")
     assert quiz.ENV == "quiz" and quiz.URL == multi_server.url
     adapter = quiz.Quiz()
-    tools = tool_methods(adapter)
+    tools = tools_by_name(adapter)
     assert sorted(tools) == ["answer", "lookup", "reset"]
     for fn in tools.values():
         get_json_schema(fn)
@@ -103,7 +98,7 @@ def test_dataset(echo_server, generate):
 def test_catalog_target_uses_session_url_and_never_stores_the_key(echo_server, tmp_path):
     out = tmp_path / "catalog.py"
     env = {"OPENREWARD_SESSION_URL": echo_server.url, "OPENREWARD_API_KEY": "sk-secret-test-key-123"}
-    result = orsgen("someone/echo", "-o", str(out), env=env)
+    result = in_process("someone/echo", "-o", str(out), env=env)
     assert result.returncode == 0, result.stderr
     text = out.read_text()
     assert "sk-secret-test-key-123" not in text
@@ -126,7 +121,7 @@ def test_offline_json_file_target(echo_server, generate, tmp_path):
         (tmp_path / "tools.json").write_bytes(r.read())
     mod = generate(str(tmp_path / "tools.json"), "--env", "echo", "--class-name", "OfflineEcho")
     assert mod.URL is None and mod.ENV == "echo"
-    assert sorted(tool_methods(mod.OfflineEcho())) == ["echo", "hint"]
+    assert sorted(tools_by_name(mod.OfflineEcho())) == ["echo", "hint"]
     # pinned URL missing: the adapter takes it from the constructor
     adapter = mod.OfflineEcho(url=echo_server.url)
     assert adapter.reset(task_index=0) == "Echo the word apple"
@@ -143,8 +138,6 @@ def test_import_and_construction_send_no_request(echo_server, generate, monkeypa
         return real_connect(self, address)
 
     monkeypatch.setattr(socket.socket, "connect", spy)
-    from tests.conftest import load
-
     mod = load(__import__("pathlib").Path(path_module.__file__))
     adapters = [mod.Echo() for _ in range(64)]
     assert attempts == []
@@ -185,7 +178,7 @@ def test_generated_modules_pass_mypy_and_ruff(multi_server, tmp_path):
     paths = []
     for env in ("echo", "quiz"):
         out = tmp_path / f"{env}_adapter.py"
-        assert orsgen(multi_server.url, "--env", env, "-o", str(out)).returncode == 0
+        assert in_process(multi_server.url, "--env", env, "-o", str(out)).returncode == 0
         paths.append(str(out))
     ruff = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", *paths], check=False, capture_output=True, text=True)
     assert ruff.returncode == 0, ruff.stdout + ruff.stderr

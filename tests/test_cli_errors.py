@@ -1,9 +1,10 @@
-"""Bad input: one clear line on stderr, exit code 2, and an existing output file left untouched."""
+"""Bad input: one clear line on stderr, exit code 2, and an existing output file left untouched. The command runs as
+a user runs it (a subprocess): what else reaches its stderr (a warning, a traceback) is part of what is checked."""
 
 import pytest
 
-from examples.serve import free_port
-from tests.conftest import orsgen
+from tests.harness.generation import orsgen
+from tests.harness.servers import free_port
 
 OLD = "# the previous adapter\n"
 

@@ -1,5 +1,6 @@
 """What a user must be able to trust: pinned tasks run as pinned, headers regenerate their module, builds are
-reported, bad input is one line, project mode checks every target, and the model gets short tool errors."""
+reported, bad input is one line, project mode checks every target, and the model gets short tool errors. Bad input
+and --help run the command as a user does (a subprocess); the rest generates in this process."""
 
 import json
 import logging
@@ -10,15 +11,16 @@ import sys
 
 import pytest
 
-from examples import serve
-from tests.conftest import ROOT, load, orsgen, settle
+from tests.harness import ROOT, servers
+from tests.harness.generation import in_process, load, orsgen
+from tests.harness.servers import settle
 
 OLD = "# the previous adapter\n"
 CORPUS = ROOT / "tests" / "corpora" / "openreward-toolsets" / "claude_code.json"
 
 
 def restarted(spec, port, env):
-    return serve.start(spec, port=port, env=env)
+    return servers.start(spec, port=port, env=env)
 
 
 def port_of(server):
@@ -30,10 +32,10 @@ def port_of(server):
 
 def test_pinned_tasks_are_checked_and_are_what_runs(tmp_path):
     out = tmp_path / "shifting.py"
-    server = serve.start("tests.envs.shifting:Shifting", env={"SHIFTING_VARIANT": "a"})
+    server = servers.start("tests.envs.shifting:Shifting", env={"SHIFTING_VARIANT": "a"})
     port = port_of(server)
     try:
-        result = orsgen(server.url, "--pin-tasks", "-o", str(out))
+        result = in_process(server.url, "--pin-tasks", "-o", str(out))
         assert result.returncode == 0, result.stderr
         assert "3 train tasks" in result.stdout
     finally:
@@ -41,7 +43,7 @@ def test_pinned_tasks_are_checked_and_are_what_runs(tmp_path):
     pinned = (tmp_path / "shifting.tasks.json").read_text()
     server = restarted("tests.envs.shifting:Shifting", port, {"SHIFTING_VARIANT": "b"})
     try:
-        check = orsgen("--check", "--pin-tasks", server.url, "-o", str(out))
+        check = in_process("--check", "--pin-tasks", server.url, "-o", str(out))
         assert check.returncode == 1, check.stdout + check.stderr
         assert f"{out}: up to date" in check.stdout  # the tools did not change: only the tasks did
         assert "split 'train': task 1 differs" in check.stdout, check.stdout
@@ -66,7 +68,7 @@ def test_header_command_reproduces_the_module(echo_server, tmp_path):
     templates.mkdir()
     builtin = (ROOT / "templates" / "module.py.jinja").read_text()
     (templates / "module.py.jinja").write_text(builtin + "# house template\n")
-    made = orsgen(echo_server.url, "--class-name", "Parrot", "--templates", "tpl", "-o", "out.py", cwd=tmp_path)
+    made = in_process(echo_server.url, "--class-name", "Parrot", "--templates", "tpl", "-o", "out.py", cwd=tmp_path)
     assert made.returncode == 0, made.stderr
     out = tmp_path / "out.py"
     first = out.read_bytes()
@@ -76,11 +78,11 @@ def test_header_command_reproduces_the_module(echo_server, tmp_path):
     words = shlex.split(header.removeprefix("#   "))
     assert words[0] == "orsgen" and "--templates" in words and "--class-name" in words
     out.unlink()
-    again = orsgen(*words[1:], cwd=tmp_path)
+    again = in_process(*words[1:], cwd=tmp_path)
     assert again.returncode == 0, again.stderr
     assert out.read_bytes() == first
     # regenerated elsewhere from the embedded snapshot: the header names the new output
-    other = orsgen("out.py", "-o", "other.py", cwd=tmp_path)
+    other = in_process("out.py", "-o", "other.py", cwd=tmp_path)
     assert other.returncode == 0, other.stderr
     text = (tmp_path / "other.py").read_text()
     assert shlex.split(text.splitlines()[1].removeprefix("#   "))[-2:] == ["-o", "other.py"]
@@ -95,17 +97,17 @@ def test_header_command_reproduces_the_module(echo_server, tmp_path):
 
 def test_build_change_is_reported_by_check_and_at_run_time(tmp_path, caplog):
     out = tmp_path / "built.py"
-    server = serve.start("examples.echo:Echo", env={"OPENREWARD_BUILD_SHA": "abc"})
+    server = servers.start("examples.echo:Echo", env={"OPENREWARD_BUILD_SHA": "abc"})
     port = port_of(server)
     try:
-        result = orsgen(server.url, "-o", str(out))
+        result = in_process(server.url, "-o", str(out))
         assert result.returncode == 0, result.stderr
     finally:
         server.stop()
     assert 'BUILD_SHA: str | None = "abc"' in out.read_text()
     server = restarted("examples.echo:Echo", port, {"OPENREWARD_BUILD_SHA": "def"})
     try:
-        check = orsgen("--check", server.url, "-o", str(out))
+        check = in_process("--check", server.url, "-o", str(out))
         assert check.returncode == 0, check.stdout + check.stderr
         assert "build changed" in check.stdout and "abc" in check.stdout and "def" in check.stdout, check.stdout
         mod = load(out)
@@ -181,14 +183,14 @@ def test_bad_input_is_one_line_and_exit_2(echo_server, tmp_path, argv, message, 
 
 
 def test_project_check_goes_on_past_an_unreachable_target(echo_server, tmp_path):
-    down = f"http://127.0.0.1:{serve.free_port()}"
+    down = f"http://127.0.0.1:{servers.free_port()}"
     (tmp_path / "pyproject.toml").write_text(
         f'[tool.orsgen.targets.down]\ntarget = "{down}"\noutput = "gen/down.py"\n\n'
         f'[tool.orsgen.targets.echo]\ntarget = "{echo_server.url}"\noutput = "gen/echo.py"\n'
     )
-    made = orsgen(echo_server.url, "-o", "gen/echo.py", cwd=tmp_path)
+    made = in_process(echo_server.url, "-o", "gen/echo.py", cwd=tmp_path)
     assert made.returncode == 0, made.stderr
-    result = orsgen("--check", cwd=tmp_path)
+    result = in_process("--check", cwd=tmp_path)
     assert result.returncode == 2, result.stdout + result.stderr
     assert "gen/echo.py: up to date" in result.stdout, result.stdout + result.stderr
     assert "gen/down.py" in result.stderr and "cannot reach" in result.stderr, result.stderr
@@ -200,12 +202,12 @@ def test_check_from_a_subfolder_uses_the_parent_pyproject(echo_server, tmp_path)
         f'[tool.orsgen.targets.echo]\ntarget = "{echo_server.url}"\noutput = "gen/echo.py"\n\n'
         '[tool.orsgen.targets.claude]\ntarget = "claude.json"\noutput = "gen/claude.py"\nenv = "claude"\n'
     )
-    made = orsgen(cwd=tmp_path)
+    made = in_process(cwd=tmp_path)
     assert made.returncode == 0, made.stderr
     assert "orsgen claude.json --env claude -o gen/claude.py" in (tmp_path / "gen" / "claude.py").read_text()
     sub = tmp_path / "notebooks" / "deep"
     sub.mkdir(parents=True)
-    result = orsgen("--check", cwd=sub)
+    result = in_process("--check", cwd=sub)
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.count("up to date") == 2, result.stdout
 
@@ -215,11 +217,11 @@ def test_check_from_a_subfolder_uses_the_parent_pyproject(echo_server, tmp_path)
 
 def test_unchanged_module_is_not_rewritten(echo_server, tmp_path):
     out = tmp_path / "echo.py"
-    assert orsgen(echo_server.url, "--pin-tasks", "-o", str(out)).returncode == 0
+    assert in_process(echo_server.url, "--pin-tasks", "-o", str(out)).returncode == 0
     tasks = tmp_path / "echo.tasks.json"
     for path in (out, tasks):
         os.utime(path, ns=(1_000_000_000, 1_000_000_000))
-    again = orsgen(echo_server.url, "--pin-tasks", "-o", str(out))
+    again = in_process(echo_server.url, "--pin-tasks", "-o", str(out))
     assert again.returncode == 0, again.stderr
     assert f"{out}: unchanged" in again.stdout and f"{tasks}: unchanged" in again.stdout, again.stdout
     assert out.stat().st_mtime_ns == tasks.stat().st_mtime_ns == 1_000_000_000
@@ -230,13 +232,13 @@ def test_unchanged_module_is_not_rewritten(echo_server, tmp_path):
 
 @pytest.fixture(scope="module")
 def quest_and_echo():
-    with serve.running("tests.envs.quest:Quest", "examples.echo:Echo") as server:
+    with servers.running("tests.envs.quest:Quest", "examples.echo:Echo") as server:
         yield server
 
 
 def test_task_tools_summary_and_usage(quest_and_echo, tmp_path):
     out = tmp_path / "quest.py"
-    result = orsgen(quest_and_echo.url, "--env", "quest", "--task-tools-from", "all", "-o", str(out))
+    result = in_process(quest_and_echo.url, "--env", "quest", "--task-tools-from", "all", "-o", str(out))
     assert result.returncode == 0, result.stderr
     assert "class QuestWithHint adds hint for tasks 1, 3, 5" in result.stdout, result.stdout
     assert "class QuestWithPeek adds peek for tasks 4" in result.stdout
@@ -247,7 +249,7 @@ def test_task_tools_summary_and_usage(quest_and_echo, tmp_path):
 
 def test_bundle_routes_task_tool_classes(quest_and_echo, tmp_path):
     folder = tmp_path / "trustbundle"
-    result = orsgen(quest_and_echo.url, "--env", "quest", "--env", "echo", "--task-tools-from", "all",
+    result = in_process(quest_and_echo.url, "--env", "quest", "--env", "echo", "--task-tools-from", "all",
                     "-o", str(folder))
     assert result.returncode == 0, result.stderr
     sys.path.insert(0, str(tmp_path))
@@ -277,8 +279,8 @@ def test_bundle_routes_task_tool_classes(quest_and_echo, tmp_path):
 
 def test_tool_validation_error_is_one_short_sentence(tmp_path):
     out = tmp_path / "faulty.py"
-    with serve.running("tests.envs.faulty:Faulty") as server:
-        assert orsgen(server.url, "-o", str(out)).returncode == 0
+    with servers.running("tests.envs.faulty:Faulty") as server:
+        assert in_process(server.url, "-o", str(out)).returncode == 0
         mod = load(out)
         env = mod.Faulty()
         assert env.reset(task_index=0) == "faulty task 0"

@@ -1,6 +1,7 @@
-"""Every tool list of the shared corpora, through the real CLI: the generated module imports, lints, type-checks,
-and the schema TRL shows the model (`get_json_schema` of each method) matches the server's schema wherever a
-Python signature can express it: tool names, parameter order, required set, JSON types, enums, item and value types.
+"""Every tool list of the shared corpora, through the CLI (in this process): the generated module imports, lints,
+type-checks, and the schema TRL shows the model (`get_json_schema` of each method) matches the server's schema
+wherever a Python signature can express it: tool names, parameter order, required set, JSON types, enums, item and
+value types.
 """
 
 import inspect
@@ -14,11 +15,12 @@ from typing import Any
 import pytest
 from transformers.utils import get_json_schema
 
-from tests.conftest import ROOT, load, orsgen
+from tests.harness import ROOT
+from tests.harness.generation import in_process, load
+from tests.harness.tool_lists import CORPORA
+from tests.harness.trainers import tools_by_name
 
-CORPORA = Path(__file__).resolve().parent / "corpora"  # copies of the real tool lists (see each SOURCE.txt)
-FILES = sorted(CORPORA.glob("*/*.json"))
-TRL_RESERVED = ("reset", "get_reward")
+FILES = CORPORA  # copies of the real tool lists (see each SOURCE.txt)
 
 
 def test_corpora_are_there():
@@ -39,7 +41,7 @@ def generated(tmp_path_factory):
         if source not in done:
             out = out_dir / f"{source.parent.name}_{source.stem}".replace("-", "_").replace(".", "_")
             out = out.with_suffix(".py")
-            result = orsgen(str(source), "--env", source.stem, "-o", str(out))
+            result = in_process(str(source), "--env", source.stem, "-o", str(out))
             assert result.returncode == 0, f"{source.name}: exit {result.returncode}\n{result.stderr}"
             assert out.is_file()
             done[source] = out
@@ -66,15 +68,6 @@ def adapter_class(module) -> type:
     ]
     assert len(found) == 1, found
     return found[0]
-
-
-def tool_methods(instance) -> dict[str, Any]:
-    """What TRL offers the model: public plain functions of the class, minus reset/get_reward, by __name__."""
-    members = inspect.getmembers(type(instance), predicate=inspect.isfunction)
-    methods = [getattr(instance, n) for n, _ in members if not n.startswith("_") and n not in TRL_RESERVED]
-    by_name = {m.__name__: m for m in methods}
-    assert len(by_name) == len(methods), f"two methods share a __name__: {[m.__name__ for m in methods]}"
-    return by_name
 
 
 def recorded_call(instance, method, kwargs: dict[str, Any]) -> tuple[str, dict[str, Any]]:
@@ -264,7 +257,7 @@ def test_corpus_file(source, generated):
     module = load(generated(source))
     cls = adapter_class(module)
     instance = cls()
-    methods = tool_methods(instance)
+    methods = tools_by_name(instance)
     specs = tool_specs(source)
     assert set(methods) == {t["name"] for t in specs}
 

@@ -7,10 +7,10 @@ import logging
 import sys
 
 import pytest
-from orsgen import cli
 
-from examples import serve
-from tests.conftest import load, settle
+from tests.harness import servers
+from tests.harness.generation import in_process, load
+from tests.harness.servers import settle
 
 COUNTING = {"ORSGEN_COUNT_REQUESTS": "1"}
 ENVS = ("tests.envs.quirks:Picky", "tests.envs.quirks:Hollow", "tests.envs.quirks:Guarded")
@@ -19,23 +19,15 @@ CANARY = "canary-7f3e-not-for-files"
 
 @pytest.fixture(scope="module")
 def quirks():
-    with serve.running(*ENVS, env=COUNTING) as server:
+    with servers.running(*ENVS, env=COUNTING) as server:
         yield server
 
 
 @pytest.fixture(scope="module")
 def picky(quirks, tmp_path_factory):
     out = tmp_path_factory.mktemp("picky") / "picky.py"
-    assert cli.main([quirks.url, "--env", "picky", "-o", str(out)]) == 0
+    assert in_process(quirks.url, "--env", "picky", "-o", str(out)).returncode == 0
     return load(out)
-
-
-def generate(capsys, *argv: str) -> tuple[int, str, str]:
-    """orsgen in this process (the CLI subprocess is not what these tests check): (exit code, stdout, stderr)."""
-    capsys.readouterr()
-    code = cli.main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 # 1: validation errors -----------------------------------------------------------------------------------------------
@@ -93,22 +85,22 @@ def test_unreadable_error_text_is_short_without_urls_or_reprs():
 # 2 and 6: secrets at generation ------------------------------------------------------------------------------------
 
 
-def test_secrets_reach_the_server_only_in_their_header(quirks, tmp_path, capsys, monkeypatch):
+def test_secrets_reach_the_server_only_in_their_header(quirks, tmp_path, monkeypatch):
     out = tmp_path / "guarded.py"
     argv = [quirks.url, "--env", "guarded", "--task-tools-from", "0", "--task-tools-for-all", "-o", str(out)]
-    code, _, err = generate(capsys, *argv)
+    code, _, err = in_process(*argv)
     assert code == 2 and err.count("\n") == 1 and "GRADER_KEY must be provided via secrets" in err, err
-    code, _, err = generate(capsys, *argv, "--secret", "GRADER_KEY")
+    code, _, err = in_process(*argv, "--secret", "GRADER_KEY")
     assert code == 2 and err.strip() == ("orsgen: error: --secret GRADER_KEY: set the environment variable GRADER_KEY "
                                          "(its value is sent as the secret of that name when a session opens, and "
                                          "never written)")
     monkeypatch.setenv("GRADER_KEY", "wrong")  # the server's error holds the value: not shown
-    code, _, err = generate(capsys, *argv, "--secret", "GRADER_KEY")
+    code, _, err = in_process(*argv, "--secret", "GRADER_KEY")
     assert code == 2 and "the grader refused the key ***" in err and err.count("\n") == 1, err
 
     before = len(quirks.headers())
     monkeypatch.setenv("GRADER_KEY", CANARY)
-    code, stdout, stderr = generate(capsys, *argv, "--secret", "GRADER_KEY")
+    code, stdout, stderr = in_process(*argv, "--secret", "GRADER_KEY")
     assert code == 0, stderr
     text = out.read_text()
     assert f"orsgen {quirks.url} --env guarded --task-tools-from 0 --task-tools-for-all --secret GRADER_KEY -o" in text
@@ -119,18 +111,18 @@ def test_secrets_reach_the_server_only_in_their_header(quirks, tmp_path, capsys,
     assert all(sent["GRADER_KEY"] == {"value": CANARY, "allowed_domains": []} for sent in secrets.values())
     assert not [r["request"] for r in seen if CANARY in json.dumps(r)]  # in no other header, in no clear text
     assert all(CANARY not in json.dumps(c["body"]) for c in quirks.creates())
-    code, report, _ = generate(capsys, *argv, "--secret", "GRADER_KEY", "--report")
+    code, report, _ = in_process(*argv, "--secret", "GRADER_KEY", "--report")
     assert code == 0
     for shown in (text, stdout, stderr, report, out.with_name("guarded.tasks.json").read_text()
                   if out.with_name("guarded.tasks.json").exists() else ""):
         assert CANARY not in shown
 
 
-def test_api_key_secret_is_warned_about_at_generation_and_at_run_time(quirks, tmp_path, capsys, monkeypatch, caplog):
+def test_api_key_secret_is_warned_about_at_generation_and_at_run_time(quirks, tmp_path, monkeypatch, caplog):
     monkeypatch.setenv("GRADER_KEY", CANARY)
     monkeypatch.setenv("api_key", "mine")
     out = tmp_path / "keyed.py"
-    code, _, err = generate(capsys, quirks.url, "--env", "guarded", "--task-tools-from", "0", "--task-tools-for-all",
+    code, _, err = in_process(quirks.url, "--env", "guarded", "--task-tools-from", "0", "--task-tools-for-all",
                             "--secret", "GRADER_KEY", "--secret", "api_key", "-o", str(out))
     assert code == 0
     warning = [line for line in err.splitlines() if "api_key" in line]
@@ -161,9 +153,9 @@ def test_dataset_refuses_a_split_the_module_did_not_pin(picky):
     assert picky.dataset(split="test")["task_index"] == [0]
 
 
-def test_bundle_errors_name_their_environment(quirks, tmp_path, capsys, monkeypatch):
+def test_bundle_errors_name_their_environment(quirks, tmp_path, monkeypatch):
     folder = tmp_path / "mix"
-    code, _, err = generate(capsys, quirks.url, "--env", "picky", "--env", "hollow", "-o", str(folder))
+    code, _, err = in_process(quirks.url, "--env", "picky", "--env", "hollow", "-o", str(folder))
     assert code == 0, err
     monkeypatch.syspath_prepend(str(tmp_path))
     from mix import bundle  # type: ignore[import-not-found]
@@ -184,17 +176,17 @@ def test_bundle_errors_name_their_environment(quirks, tmp_path, capsys, monkeypa
 # 4: task tools from some tasks -------------------------------------------------------------------------------------
 
 
-def test_partial_task_tools_say_what_the_unread_tasks_get(tmp_path, capsys):
-    with serve.running("tests.envs.quest:Quest") as server:
+def test_partial_task_tools_say_what_the_unread_tasks_get(tmp_path):
+    with servers.running("tests.envs.quest:Quest") as server:
         out = tmp_path / "quest.py"
-        code, stdout, _ = generate(capsys, server.url, "--task-tools-from", "1,3", "-o", str(out))
+        code, stdout, _ = in_process(server.url, "--task-tools-from", "1,3", "-o", str(out))
         assert code == 0
         assert "tasks 0, 2, 4-5 were not read (--task-tools-from): they get class Quest, the shared tools only" in stdout
         text = out.read_text()
         assert "# Tasks whose tools were not read (--task-tools-from): 0, 2, 4-5.\n# They get Quest, the shared " \
                "tools only, whatever they advertise." in text
         every = tmp_path / "every.py"
-        code, stdout, _ = generate(capsys, server.url, "--task-tools-from", "1", "--task-tools-for-all", "-o", str(every))
+        code, stdout, _ = in_process(server.url, "--task-tools-from", "1", "--task-tools-for-all", "-o", str(every))
         assert code == 0 and "every task gets hint (--task-tools-for-all)" in stdout
         mod = load(every)
         assert set(mod.ENVIRONMENTS) == {"Quest"} and mod.TASK_ENVIRONMENTS == {}
@@ -204,33 +196,33 @@ def test_partial_task_tools_say_what_the_unread_tasks_get(tmp_path, capsys):
         assert "environment" not in mod.dataset().column_names
         mod.close_all()
         settle()
-        code, _, err = generate(capsys, server.url, "--task-tools-for-all", "-o", str(every))
+        code, _, err = in_process(server.url, "--task-tools-for-all", "-o", str(every))
         assert code == 2 and "--task-tools-for-all goes with --task-tools-from" in err
 
 
 # 8: project mode ---------------------------------------------------------------------------------------------------
 
 
-def test_project_mode_refuses_per_target_options_and_reads_them_from_pyproject(quirks, tmp_path, capsys, monkeypatch):
+def test_project_mode_refuses_per_target_options_and_reads_them_from_pyproject(quirks, tmp_path, monkeypatch):
     (tmp_path / "pyproject.toml").write_text(
         f'[tool.orsgen.targets.g]\ntarget = "{quirks.url}"\noutput = "g.py"\nenv = "guarded"\n'
         'task-tools-from = "0"\ntask-tools-for-all = true\nsecret = ["GRADER_KEY"]\n')
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("GRADER_KEY", CANARY)
     for flag in (["--task-tools-from", "1"], ["--secret", "X"], ["--task-tools-for-all"]):
-        code, _, err = generate(capsys, *flag)
+        code, _, err = in_process(*flag)
         assert code == 2 and err.count("\n") == 1 and "go with a TARGET" in err, err
-    code, _, err = generate(capsys)
+    code, _, err = in_process()
     assert code == 0, err
     assert "--task-tools-from 0 --task-tools-for-all --secret GRADER_KEY -o g.py" in (tmp_path / "g.py").read_text()
-    assert generate(capsys, "--check")[0] == 0
+    assert in_process("--check")[0] == 0
 
 
 # 5: a wrong server -------------------------------------------------------------------------------------------------
 
 
 def test_a_wrong_server_is_one_line_from_dataset_and_reset(picky, monkeypatch):
-    with serve.running("tests.envs.quest:Quest") as other:
+    with servers.running("tests.envs.quest:Quest") as other:
         expected = (f"{other.url} serves quest, not 'picky', which {picky.__name__} pins (target {picky.TARGET}): "
                     "point url= or OPENREWARD_SESSION_URL at the server of 'picky', or regenerate the module for this "
                     "server")

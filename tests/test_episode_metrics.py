@@ -8,9 +8,8 @@ import sys
 
 import pytest
 
-from examples import serve
-from tests.conftest import load, orsgen
-from tests.harness import metered
+from tests.harness import metered, servers
+from tests.harness.generation import load, orsgen
 
 pytestmark = pytest.mark.trainer  # trains or runs TRL code: also under the oldest TRL (.ci/trl-oldest)
 
@@ -20,7 +19,7 @@ BROKEN, FIRST_FAILS = 1, 2  # tests/envs/metered.py: never starts; its first sta
 @pytest.fixture
 def server_and_module(tmp_path):
     """A fresh server per test: the environment counts starts per task in its process."""
-    with serve.running("tests.envs.metered:Metered", env={"ORSGEN_COUNT_REQUESTS": "1"}) as server:
+    with servers.running("tests.envs.metered:Metered", env={"ORSGEN_COUNT_REQUESTS": "1"}) as server:
         out = tmp_path / "metered.py"
         assert orsgen(server.url, "-o", str(out)).returncode == 0
         yield server, out
@@ -107,7 +106,7 @@ def test_two_ranks_log_the_sums_of_both(server_and_module, tmp_path):
     server, path = server_and_module
     run = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
-         "--master_port", str(serve.free_port()), "-m", "tests.harness.metered", str(path), str(tmp_path / "out"),
+         "--master_port", str(servers.free_port()), "-m", "tests.harness.metered", str(path), str(tmp_path / "out"),
          server.url],
         check=False, capture_output=True, text=True, timeout=900,
     )
@@ -137,10 +136,10 @@ def echo_training(tmp_path):
     from trl import GRPOTrainer
 
     from examples import tiny
-    from examples.demo import tool_methods
+    from examples.tiny import tool_methods
     from tests.harness.owned_data import first_turn
 
-    with serve.running("examples.echo:Echo", env={"ORSGEN_COUNT_REQUESTS": "1"}) as server:
+    with servers.running("examples.echo:Echo", env={"ORSGEN_COUNT_REQUESTS": "1"}) as server:
         out = tmp_path / "echo_metrics.py"
         assert orsgen(server.url, "-o", str(out)).returncode == 0
         module = load(out)

@@ -6,17 +6,16 @@ import sys
 
 import pytest
 
-from examples import serve
-from tests.conftest import orsgen, settle
+from tests.harness import servers
+from tests.harness.generation import in_process, load
+from tests.harness.servers import settle
 
 
 @pytest.fixture(scope="module")
 def studio(tmp_path_factory):
-    with serve.running("tests.envs.studio:Studio", env={"ORSGEN_COUNT_REQUESTS": "1"}) as server:
+    with servers.running("tests.envs.studio:Studio", env={"ORSGEN_COUNT_REQUESTS": "1"}) as server:
         out = tmp_path_factory.mktemp("studio") / "studio.py"
-        assert orsgen(server.url, "-o", str(out)).returncode == 0
-        from tests.conftest import load
-
+        assert in_process(server.url, "-o", str(out)).returncode == 0
         yield server, load(out), out
 
 
@@ -41,13 +40,11 @@ def test_dataset_uses_task_ranges_not_one_request_per_task(studio):
 def test_pinned_tasks_build_the_dataset_offline(studio, tmp_path):
     server, _, _ = studio
     out = tmp_path / "pinned.py"
-    result = orsgen(server.url, "-o", str(out), "--pin-tasks")
+    result = in_process(server.url, "-o", str(out), "--pin-tasks")
     assert result.returncode == 0, result.stderr
     assert "70 train tasks" in result.stdout
     pinned = json.loads((tmp_path / "pinned.tasks.json").read_text())
     assert len(pinned["splits"]["train"]) == 70
-    from tests.conftest import load
-
     mod = load(out)
     server.requests()
     ds = mod.dataset(indices=[69, 1], url="http://127.0.0.1:9")  # nothing listens there: a request would fail

@@ -13,19 +13,20 @@ import time
 
 import pytest
 
-from examples import serve, tiny
-from examples.demo import recording, tool_methods
-from tests.conftest import load, orsgen, settle
+from examples import tiny
 from tests.envs.flaky import BROKEN, FLAKY, FLAKY_FAILURES, NORMAL
+from tests.harness import servers, trainers
+from tests.harness.generation import in_process, load
+from tests.harness.servers import settle
 
 COUNTING = {"ORSGEN_COUNT_REQUESTS": "1"}
 BROKEN_REASON = "the broken task's setup always fails"
 UNSCORED_PROMPT = f"(task {BROKEN} could not start: this episode is not scored)"
 
 
-def generated(server: serve.Running, tmp_path_factory: pytest.TempPathFactory, stem: str):
+def generated(server: servers.Served, tmp_path_factory: pytest.TempPathFactory, stem: str):
     out = tmp_path_factory.mktemp(stem) / f"{stem}.py"
-    made = orsgen(server.url, "-o", str(out))
+    made = in_process(server.url, "-o", str(out))
     assert made.returncode == 0, made.stderr
     return out
 
@@ -33,14 +34,14 @@ def generated(server: serve.Running, tmp_path_factory: pytest.TempPathFactory, s
 @pytest.fixture(scope="module")
 def flaky(tmp_path_factory):
     """(server, module, module path) of tests.envs.flaky, served with session tracking."""
-    with serve.running("tests.envs.flaky:Flaky", env=COUNTING) as server:
+    with servers.running("tests.envs.flaky:Flaky", env=COUNTING) as server:
         out = generated(server, tmp_path_factory, "flaky_adapter")
         yield server, load(out), out
 
 
 @pytest.fixture(scope="module")
 def faulty(tmp_path_factory):
-    with serve.running("tests.envs.faulty:Faulty", env=COUNTING) as server:
+    with servers.running("tests.envs.faulty:Faulty", env=COUNTING) as server:
         out = generated(server, tmp_path_factory, "faulty_faults")
         yield server, load(out), out
 
@@ -58,7 +59,7 @@ def orsgen_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [r.getMessage() for r in caplog.records if r.name == "orsgen" and r.levelno == logging.WARNING]
 
 
-def wait_closed(server: serve.Running, sids: set[str], within: float = 5.0) -> set[str]:
+def wait_closed(server: servers.Served, sids: set[str], within: float = 5.0) -> set[str]:
     """Poll the server until none of `sids` is open (or `within` seconds passed); the ones still open."""
     deadline = time.monotonic() + within
     while True:
@@ -163,10 +164,8 @@ def test_grpo_trains_to_the_end_with_a_task_that_never_starts(flaky, tmp_path, c
     the other, while the environment is up."""
     import math
 
-    import torch
-    from trl import GRPOConfig, GRPOTrainer
+    from trl import GRPOConfig
 
-    torch.set_num_threads(1)
     assert GRPOConfig.__dataclass_fields__["num_generations"].default == 8
     server, mod, _ = flaky
     caplog.set_level(logging.WARNING, logger="orsgen")
@@ -174,7 +173,6 @@ def test_grpo_trains_to_the_end_with_a_task_that_never_starts(flaky, tmp_path, c
     assert list(train["task_index"]) == [NORMAL, BROKEN]
     probe = mod.Flaky()
     conversation = tiny.conversation(probe.reset(task_index=NORMAL), "score", {}, "scored")
-    tok = tiny.tokenizer([conversation], tool_methods(probe))
     probe._close(wait=True)
     prompts: list[str] = []
 
@@ -183,16 +181,11 @@ def test_grpo_trains_to_the_end_with_a_task_that_never_starts(flaky, tmp_path, c
         return tiny.call_text("score", {})
 
     # one attempt per start keeps the run fast; the class keeps the generated name (the reward column's name)
-    env_class = recording(type("Flaky", (mod.Flaky,), {"start_retries": 0}))
+    env_class = trainers.recording(type("Flaky", (mod.Flaky,), {"start_retries": 0}))
     steps = 2
-    trainer = GRPOTrainer(
-        model=tiny.model(tok),
-        processing_class=tok,
-        args=tiny.grpo_config(str(tmp_path / "out"), steps, max_tool_calling_iterations=1, num_generations=group),
-        train_dataset=train,
-        environment_factory=env_class,
-        rollout_func=tiny.scripted_rollouts(first_turn),
-    )
+    trainer = trainers.trainer(env_class, str(tmp_path / "out"), steps, tools=trainers.tool_methods(probe),
+                               conversations=[conversation], train_dataset=train, first_turn=first_turn, threads=1,
+                               num_generations=group)
     trainer.train()  # a StartError here: the broken task stopped the run
 
     assert trainer.state.global_step == steps
@@ -353,7 +346,7 @@ def test_close_timeout_is_read_from_the_environment(flaky, monkeypatch):
     """close_all() waits for the server at most ORSGEN_CLOSE_TIMEOUT: here the server is frozen (SIGSTOP)."""
     _, mod, _ = flaky
     settle()  # nothing of earlier tests is still closing
-    frozen = serve.start("tests.envs.flaky:Flaky")
+    frozen = servers.start("tests.envs.flaky:Flaky")
     try:
         env = mod.Flaky(url=frozen.url)
         assert env.reset(task_index=NORMAL).startswith(f"flaky task {NORMAL}")

@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
-from tests.conftest import load, orsgen
 from tests.envs.rich import Rich
+from tests.harness.generation import in_process, load
 
 
 @pytest.fixture(scope="module")
@@ -19,7 +19,7 @@ def rich_json(tmp_path_factory):
 
 
 def test_report_shows_no_differences_for_the_rich_env(rich_json):
-    result = orsgen(str(rich_json), "--env", "rich", "--report")
+    result = in_process(str(rich_json), "--env", "rich", "--report")
     assert result.returncode == 0, result.stderr
     out = result.stdout
     assert "11 tools, 42 arguments: 0 differences" in out
@@ -35,14 +35,14 @@ def test_report_flags_a_difference(tmp_path):
         "type": "object", "properties": {"x": {"type": "number", "enum": [0.5, 1.5]}}, "required": ["x"]}}]}
     path = tmp_path / "t.json"
     path.write_text(json.dumps(spec))
-    result = orsgen(str(path), "--env", "t", "--report")
+    result = in_process(str(path), "--env", "t", "--report")
     assert result.returncode == 0, result.stderr
     assert "DIFFERS x: enum [0.5, 1.5] -> None" in result.stdout and "1 differences" in result.stdout
 
 
 def test_typed_dicts_reach_type_checkers_not_the_model(rich_json, tmp_path):
     out = tmp_path / "rich_adapter.py"
-    assert orsgen(str(rich_json), "--env", "rich", "-o", str(out)).returncode == 0
+    assert in_process(str(rich_json), "--env", "rich", "-o", str(out)).returncode == 0
     mod = load(out)
     from transformers.utils import get_json_schema
 

@@ -7,7 +7,6 @@ benchmark prints the figures.
 """
 
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -21,21 +20,7 @@ from orsgen import render as render_stage
 from orsgen.config import Job
 from orsgen.source import Source, _snap
 
-from tests.conftest import ROOT
-
-TESTS = Path(__file__).resolve().parent
-CORPORA = sorted((TESTS / "corpora").glob("*/*.json"))
-GOLDEN = sorted((TESTS / "golden").glob("*/tools.json"))
-
-
-def wide_tools() -> dict[str, Any]:
-    """The /tools JSON of bench/env.py's 100-tool environment, as its server returns it."""
-    sys.path.insert(0, str(ROOT / "bench"))
-    try:
-        from env import Wide  # type: ignore[import-not-found]
-    finally:
-        sys.path.remove(str(ROOT / "bench"))
-    return Wide.list_tools().model_dump()
+from tests.harness.tool_lists import CORPORA, GOLDEN, wide_tools
 
 
 def module_texts(data: Any, env: str, monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, Any, str]]:

@@ -1,7 +1,6 @@
 """Golden cases: one folder each (tools.json, pyproject.toml with the options, expected.py), compared byte for byte
 with `orsgen --check`, then type-checked and linted. Regenerate them all with `make golden`."""
 
-import inspect
 import os
 import subprocess
 import sys
@@ -10,20 +9,20 @@ from pathlib import Path
 import pytest
 from transformers.utils import get_json_schema
 
-from tests.conftest import ROOT, load, orsgen
+from tests.harness import ROOT
+from tests.harness.generation import in_process, load
+from tests.harness.trainers import tool_methods
 
 CASES = sorted(p.parent for p in (Path(__file__).parent / "golden").glob("*/pyproject.toml"))
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_expected_output_is_current(case):
-    result = orsgen("--check", cwd=case)
+    result = in_process("--check", cwd=case)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr
     module = load(case / "expected.py")
     adapter_class = next(v for v in vars(module).values() if isinstance(v, type) and v.__bases__ == (module.runtime.Adapter,))
-    instance = adapter_class()
-    tools = [getattr(instance, n) for n, _ in inspect.getmembers(adapter_class, inspect.isfunction)
-             if not n.startswith("_") and n not in ("reset", "get_reward")]
+    tools = tool_methods(adapter_class())
     assert tools
     for tool in tools:
         get_json_schema(tool)

@@ -4,8 +4,8 @@ environment that scores groups, so other modules are byte for byte what they wer
 import json
 import shutil
 
-from examples import serve
-from tests.conftest import load, orsgen
+from tests.harness import servers
+from tests.harness.generation import load, orsgen
 
 GOLDEN = "tests/golden/judged/tools.json"
 
@@ -38,7 +38,7 @@ def test_report_says_the_environment_scores_groups():
 
 
 def test_a_live_server_without_group_scoring_pins_nothing_of_it(tmp_path):
-    with serve.running("tests.envs.judged:Unjudged") as server:
+    with servers.running("tests.envs.judged:Unjudged") as server:
         out = tmp_path / "unjudged.py"
         assert orsgen(server.url, "-o", str(out)).returncode == 0
     assert "supports_score_group" not in out.read_text() and "group_reward" not in out.read_text()

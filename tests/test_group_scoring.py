@@ -10,10 +10,10 @@ import sys
 
 import pytest
 
-from examples import serve
-from examples.serve import free_port
-from tests.conftest import orsgen, settle
+from tests.harness import servers
+from tests.harness.generation import orsgen
 from tests.harness.group_scoring import ANSWERS, SCORES, train
+from tests.harness.servers import free_port, settle
 
 pytestmark = pytest.mark.trainer  # trains or runs TRL code: also under the oldest TRL (.ci/trl-oldest)
 SYSTEM = "You are terse: answer with as few words as you can."
@@ -22,7 +22,7 @@ SYSTEM = "You are terse: answer with as few words as you can."
 @pytest.fixture
 def judged(tmp_path):
     log = tmp_path / "judged.jsonl"
-    with serve.running("tests.envs.judged:Judged", env={"ORSGEN_COUNT_REQUESTS": "1", "JUDGED_LOG": str(log)}) as s:
+    with servers.running("tests.envs.judged:Judged", env={"ORSGEN_COUNT_REQUESTS": "1", "JUDGED_LOG": str(log)}) as s:
         yield s, log
 
 
@@ -91,10 +91,10 @@ def test_group_reward_trains_on_the_environments_judgement_of_each_group(judged,
 
 def test_an_environment_without_group_scoring_leaves_groups_unscored_with_one_warning(tmp_path, caplog):
     """A module pinned with group scoring, against a server whose environment no longer scores groups."""
-    with serve.running("tests.envs.judged:Unjudged", env={"ORSGEN_COUNT_REQUESTS": "1"}) as server:
+    with servers.running("tests.envs.judged:Unjudged", env={"ORSGEN_COUNT_REQUESTS": "1"}) as server:
         path = tmp_path / "judged_gone.py"
         assert orsgen("tests/golden/judged/tools.json", "--env", "judged", "-o", str(path)).returncode == 0
-        from tests.conftest import load
+        from tests.harness.generation import load
 
         mod = load(path)
         mod.PINNED.url = server.url

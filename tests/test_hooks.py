@@ -7,13 +7,13 @@ import sys
 
 import pytest
 
-from examples import serve
-from tests.conftest import load, orsgen
+from tests.harness import servers
+from tests.harness.generation import load, orsgen
 
 
 @pytest.fixture(scope="module")
 def metered(tmp_path_factory):
-    with serve.running("tests.envs.metered:Metered", env={"ORSGEN_COUNT_REQUESTS": "1"}) as server:
+    with servers.running("tests.envs.metered:Metered", env={"ORSGEN_COUNT_REQUESTS": "1"}) as server:
         out = tmp_path_factory.mktemp("hooks") / "metered_hooks.py"
         assert orsgen(server.url, "-o", str(out)).returncode == 0
         yield server, load(out)

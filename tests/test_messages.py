@@ -3,15 +3,15 @@ turn, and plain get_prompt environments read /prompt exactly as before. Against 
 
 import pytest
 
-from examples import serve
-from tests.conftest import settle
+from tests.harness import servers
+from tests.harness.servers import settle
 
 SYSTEM = "You are terse: answer with as few words as you can."
 
 
 @pytest.fixture(scope="module")
 def judged():
-    with serve.running("tests.envs.judged:Judged", env={"ORSGEN_COUNT_REQUESTS": "1"}) as server:
+    with servers.running("tests.envs.judged:Judged", env={"ORSGEN_COUNT_REQUESTS": "1"}) as server:
         yield server
 
 

@@ -13,10 +13,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from orsgen.cli import main
 
-from examples import serve
-from tests.conftest import ROOT
+from tests.harness import ROOT, servers
+from tests.harness.generation import in_process
 
 ECHO_TOOLS = ROOT / "tests" / "golden" / "echo" / "tools.json"
 
@@ -27,44 +26,46 @@ def project(folder: Path, orsgen_table: str = "") -> Path:
     return folder
 
 
-def test_check_does_not_follow_the_spelling_of_the_path(echo_server, tmp_path, monkeypatch, capsys):
+def test_check_does_not_follow_the_spelling_of_the_path(echo_server, tmp_path, monkeypatch):
     root = project(tmp_path / "proj")
     (root / "sub").mkdir()
     monkeypatch.chdir(root)
-    assert main([echo_server.url, "-o", str(root / "gen" / "echo.py")]) == 0  # absolute
+    assert in_process(echo_server.url, "-o", str(root / "gen" / "echo.py")).returncode == 0  # absolute
     text = (root / "gen" / "echo.py").read_text()
     assert text.splitlines()[1] == f"#   orsgen {echo_server.url} -o gen/echo.py"  # relative to the project root
     assert "    from gen.echo import Echo, EpisodeMetrics, close_all, dataset\n" in text
-    capsys.readouterr()
     for spelling in ("gen/echo.py", "./gen/../gen/echo.py", str(root / "gen" / "echo.py")):
-        assert main(["--check", echo_server.url, "-o", spelling]) == 0, capsys.readouterr()
-        assert main(["--check", spelling]) == 0, capsys.readouterr()  # the module alone: its own snapshot
+        result = in_process("--check", echo_server.url, "-o", spelling)
+        assert result.returncode == 0, result
+        result = in_process("--check", spelling)
+        assert result.returncode == 0, result  # the module alone: its own snapshot
     monkeypatch.chdir(root / "sub")
-    assert main(["--check", echo_server.url, "-o", "../gen/echo.py"]) == 0
-    assert main(["../gen/echo.py"]) == 0 and "unchanged" in capsys.readouterr().out  # regenerates itself
+    assert in_process("--check", echo_server.url, "-o", "../gen/echo.py").returncode == 0
+    result = in_process("../gen/echo.py")
+    assert result.returncode == 0 and "unchanged" in result.stdout  # regenerates itself
     (root / "gen" / "echo.py").write_text(text.replace('"""Echo text back.', '"""Edited by hand.'))
-    assert main(["--check", "../gen/echo.py"]) == 1
-    out = capsys.readouterr().out
+    code, out, _ = in_process("--check", "../gen/echo.py")
+    assert code == 1
     assert f"fix: orsgen {echo_server.url} -o gen/echo.py   (in {root.resolve().as_posix()})" in out
 
 
-def test_check_without_a_project_is_relative_to_the_current_folder(tmp_path, monkeypatch, capsys):
+def test_check_without_a_project_is_relative_to_the_current_folder(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    assert main([str(ECHO_TOOLS), "--env", "echo", "-o", "gen/echo.py"]) == 0
-    assert main(["--check", str(ECHO_TOOLS), "--env", "echo", "-o", str(tmp_path / "gen" / "echo.py")]) == 0
+    assert in_process(str(ECHO_TOOLS), "--env", "echo", "-o", "gen/echo.py").returncode == 0
+    checked = in_process("--check", str(ECHO_TOOLS), "--env", "echo", "-o", str(tmp_path / "gen" / "echo.py"))
+    assert checked.returncode == 0
     assert "    from gen.echo import Echo, EpisodeMetrics, close_all, dataset\n" in (tmp_path / "gen" / "echo.py").read_text()
 
 
-def test_offline_hook_passes_with_the_server_down(tmp_path, monkeypatch, capsys):
-    server = serve.start("examples.echo:Echo")
+def test_offline_hook_passes_with_the_server_down(tmp_path, monkeypatch):
+    server = servers.start("examples.echo:Echo")
     root = project(tmp_path / "proj", f'[tool.orsgen.targets.echo]\ntarget = "{server.url}"\noutput = "gen/echo.py"\n'
                                       "pin-tasks = true\n")  # offline, the pinned tasks are not compared
     monkeypatch.chdir(root)
     try:
-        assert main([]) == 0 and (root / "gen" / "echo.tasks.json").is_file()
+        assert in_process().returncode == 0 and (root / "gen" / "echo.tasks.json").is_file()
     finally:
         server.stop()
-    capsys.readouterr()
     started = time.monotonic()
     hook = subprocess.run([sys.executable, "-X", "importtime", "-m", "orsgen", "--check", "--offline"], cwd=root,
                           check=False, capture_output=True, text=True, timeout=60)
@@ -75,10 +76,12 @@ def test_offline_hook_passes_with_the_server_down(tmp_path, monkeypatch, capsys)
     assert elapsed < 10, elapsed  # about 0.4 s on 2 cores; loose: the machine is shared
     module = root / "gen" / "echo.py"
     module.write_text(module.read_text().replace('"""Echo text back.', '"""Edited by hand.'))
-    assert main(["--check", "--offline"]) == 1 and "gen/echo.py: stale" in capsys.readouterr().out
-    assert main(["--check"]) == 2  # the live comparison needs the server
-    assert "connection refused: is the server running, on this port?" in capsys.readouterr().err
-    assert main(["--check", "--offline", server.url]) == 2
+    code, out, _ = in_process("--check", "--offline")
+    assert code == 1 and "gen/echo.py: stale" in out
+    code, _, err = in_process("--check")
+    assert code == 2  # the live comparison needs the server
+    assert "connection refused: is the server running, on this port?" in err
+    assert in_process("--check", "--offline", server.url).returncode == 2
 
 
 def test_hooks_offline_by_default_live_by_name():
@@ -95,10 +98,16 @@ def test_hooks_offline_by_default_live_by_name():
 
 def test_ctrl_c_during_generation(tmp_path):
     mark, out = tmp_path / "asked", tmp_path / "gen" / "stalled.py"
-    server = serve.start("tests.envs.stalled:Stalled", env={"STALLED_MARK": str(mark)})
+    server = servers.start("tests.envs.stalled:Stalled", env={"STALLED_MARK": str(mark)})
     try:
-        child = subprocess.Popen([sys.executable, "-m", "orsgen", server.url, "-o", str(out)],
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        # SIGINT handled, as in a terminal, also when these tests run in the background of a shell: it starts them
+        # with SIGINT ignored, which a child would inherit (a handler is not inherited: the child gets the default)
+        ignored = signal.signal(signal.SIGINT, signal.default_int_handler)
+        try:
+            child = subprocess.Popen([sys.executable, "-m", "orsgen", server.url, "-o", str(out)],
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        finally:
+            signal.signal(signal.SIGINT, ignored)
         deadline = time.monotonic() + 60
         while not mark.exists() and child.poll() is None and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -107,7 +116,7 @@ def test_ctrl_c_during_generation(tmp_path):
         stdout, stderr = child.communicate(timeout=30)
     finally:
         server.kill()  # its tool listing never returns
-    assert child.returncode == 130
+    assert child.returncode == 130, stderr
     assert stderr == "orsgen: interrupted\n" and stdout == ""
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["asked"]  # nothing written, no temporary file
 
@@ -116,34 +125,33 @@ def test_ctrl_c_during_generation(tmp_path):
     ("argv", "message"),
     [
         (["127.0.0.1:8000"], "TARGET '127.0.0.1:8000' has no scheme: use http://127.0.0.1:8000"),
-        ([f"http://127.0.0.1:{serve.free_port()}"], "connection refused: is the server running, on this port?"),
+        ([f"http://127.0.0.1:{servers.free_port()}"], "connection refused: is the server running, on this port?"),
         ([], 'e.g. [tool.orsgen.targets.myenv] target = "http://127.0.0.1:8000" output = "generated/myenv.py"'),
     ],
     ids=["no-scheme", "wrong-port", "no-targets"],
 )
-def test_errors_say_what_to_do(argv, message, tmp_path, monkeypatch, capsys):
+def test_errors_say_what_to_do(argv, message, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    assert main([*argv, "-o", "adapter.py"] if argv else []) == 2
-    err = capsys.readouterr().err
+    code, _, err = in_process(*argv, "-o", "adapter.py") if argv else in_process()
+    assert code == 2
     assert err.count("\n") == 1 and message in err, err
     assert list(tmp_path.iterdir()) == []
 
 
-def test_empty_tools_file_is_a_redirect_saved_by_curl(tmp_path, monkeypatch, capsys):
+def test_empty_tools_file_is_a_redirect_saved_by_curl(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     Path("tools.json").write_text("")
-    assert main(["tools.json", "--env", "echo", "-o", "echo.py"]) == 2
-    err = capsys.readouterr().err
+    code, _, err = in_process("tools.json", "--env", "echo", "-o", "echo.py")
+    assert code == 2
     assert err == ("orsgen: error: tools.json is empty (a `curl URL/tools` saves the server's redirect, which has no "
                    "body): the endpoint is URL/{env}/tools (URL/list_environments names the environments), or use "
                    "`curl -L URL/tools`\n")
     assert not Path("echo.py").exists()
 
 
-def test_help_gives_examples_environment_and_exit_codes(capsys):
-    with pytest.raises(SystemExit):
-        main(["--help"])
-    text = capsys.readouterr().out
+def test_help_gives_examples_environment_and_exit_codes():
+    code, text, _ = in_process("--help")
+    assert code == 0
     assert "orsgen --check --offline" in text and "OPENREWARD_API_KEY" in text and "130 interrupted" in text
     assert len(text.splitlines()) <= 50
 
@@ -154,7 +162,7 @@ def test_editable_install_is_seen_by_mypy(tmp_path, monkeypatch):
 
     assert Path(orsgen.__file__).resolve().is_relative_to(ROOT / "codegen")  # the editable install of this clone
     monkeypatch.chdir(tmp_path)
-    assert main([str(ECHO_TOOLS), "--env", "echo", "-o", "echo.py"]) == 0
+    assert in_process(str(ECHO_TOOLS), "--env", "echo", "-o", "echo.py").returncode == 0
     (tmp_path / "user.py").write_text("from echo import Echo\n\nenv = Echo()\nr: float = env.get_reward()\n")
     (tmp_path / "mypy.ini").write_text("[mypy]\n")  # mypy's defaults: a missing package is an error
     result = subprocess.run([sys.executable, "-m", "mypy", "--no-incremental", "user.py"], cwd=tmp_path, check=False,

@@ -3,7 +3,6 @@ data and look-ahead the batch's last reset opens the next step's (runtime/ahead.
 when each `/create` arrived and when it was answered."""
 
 import itertools
-import re
 import subprocess
 import sys
 import time
@@ -11,46 +10,20 @@ from typing import ClassVar
 
 import pytest
 
-from examples import serve, tiny
-from examples.demo import tool_methods
-from tests.conftest import ROOT, load, orsgen, settle
+from tests.harness import ROOT, servers
+from tests.harness.generation import in_process, load
+from tests.harness.open_ahead import GROUP, train
+from tests.harness.servers import settle
 
 pytestmark = pytest.mark.trainer  # trains or runs TRL code: also under the oldest TRL (.ci/trl-oldest)
-
-GROUP = 4
 
 
 @pytest.fixture(scope="module")
 def slow(tmp_path_factory):
-    with serve.running("tests.envs.slow_echo:SlowEcho", env={"ORSGEN_COUNT_REQUESTS": "1"}) as server:
+    with servers.running("tests.envs.slow_echo:SlowEcho", env={"ORSGEN_COUNT_REQUESTS": "1"}) as server:
         out = tmp_path_factory.mktemp("slow") / "slow_echo.py"
-        assert orsgen(server.url, "-o", str(out)).returncode == 0
+        assert in_process(server.url, "-o", str(out)).returncode == 0
         yield server, load(out)
-
-
-def first_turn(i: int, prompt: str) -> str:
-    return tiny.call_text("echo", {"text": re.search(r"Echo the word (\w+)", prompt).group(1)})
-
-
-def train(mod, out, steps: int = 2, env_class=None, owned: bool = False):
-    """GRPO on the slow echo environment: 8 rollouts a step in groups of 4, with a dataset of 4 tasks, or with the
-    environment owning the data (`owned`)."""
-    import torch
-    from trl import GRPOTrainer
-
-    torch.set_num_threads(1)
-    tok = tiny.tokenizer([tiny.conversation("Echo the word apple", "echo", {"text": "apple"}, "apple")],
-                         tool_methods(mod.Slowecho()))
-    trainer = GRPOTrainer(
-        model=tiny.model(tok),
-        processing_class=tok,
-        args=tiny.grpo_config(str(out), steps, max_tool_calling_iterations=1, num_generations=GROUP),
-        train_dataset=None if owned else mod.dataset(num_tasks=4),
-        environment_factory=env_class or mod.Slowecho,
-        rollout_func=tiny.scripted_rollouts(first_turn),
-    )
-    trainer.train()
-    return trainer
 
 
 def starts(server, since: int) -> list[dict]:
@@ -177,7 +150,7 @@ import importlib.util
 spec = importlib.util.spec_from_file_location("slow_echo_crash", {path!r})
 mod = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(mod)
-from tests.test_open_ahead import train
+from tests.harness.open_ahead import train
 
 class Crashing(mod.Slowecho):
     resets = 0

@@ -1,5 +1,6 @@
 """Pinning and drift: byte-identical output, --check exit codes, offline regeneration, pyproject targets,
-run-time drift detection and template overrides."""
+run-time drift detection and template overrides. Generation runs in this process, but for the hash seeds (a
+subprocess each: the seed is read when an interpreter starts)."""
 
 import ast
 import json
@@ -7,8 +8,8 @@ import shutil
 
 import pytest
 
-from examples import serve
-from tests.conftest import ROOT, load, orsgen
+from tests.harness import ROOT, servers
+from tests.harness.generation import in_process, load, orsgen
 
 CORPUS = ROOT / "tests" / "corpora" / "openreward-toolsets" / "claude_code.json"
 
@@ -27,7 +28,7 @@ def test_output_is_identical_across_hash_seeds(tmp_path):
 
 
 def drift_server(variant, port=None):
-    return serve.start("tests.envs.drift:Drift", port=port, env={"DRIFT_VARIANT": variant})
+    return servers.start("tests.envs.drift:Drift", port=port, env={"DRIFT_VARIANT": variant})
 
 
 def test_check_exit_codes_follow_the_live_server(tmp_path):
@@ -35,56 +36,57 @@ def test_check_exit_codes_follow_the_live_server(tmp_path):
     server = drift_server("a")
     port = server.url.rsplit(":", 1)[1]
     try:
-        assert orsgen(server.url, "-o", str(out)).returncode == 0
-        fresh = orsgen("--check", server.url, "-o", str(out))
+        assert in_process(server.url, "-o", str(out)).returncode == 0
+        fresh = in_process("--check", server.url, "-o", str(out))
         assert fresh.returncode == 0 and "up to date" in fresh.stdout
     finally:
         server.stop()
     original = out.read_text()
     server = drift_server("b", port=int(port))
     try:
-        stale = orsgen("--check", server.url, "-o", str(out))
+        stale = in_process("--check", server.url, "-o", str(out))
         assert stale.returncode == 1, stale.stderr
         assert "+ shout: added" in stale.stdout and "~ say: argument text: description changed" in stale.stdout
         assert f"  fix: orsgen {server.url} -o {out.as_posix()}" in stale.stdout  # the command that mends it
         assert "-            text: What to say\n" not in stale.stdout  # the whole diff only with --diff
-        diff = orsgen("--check", "--diff", server.url, "-o", str(out))
+        diff = in_process("--check", "--diff", server.url, "-o", str(out))
         assert diff.returncode == 1 and "-            text: What to say\n" in diff.stdout
         assert out.read_text() == original  # --check writes nothing
     finally:
         server.stop()
-    down = orsgen("--check", server.url, "-o", str(out))
+    down = in_process("--check", server.url, "-o", str(out))
     assert down.returncode == 2 and "cannot reach" in down.stderr
-    missing = orsgen("--check", server.url, "-o", str(tmp_path / "missing.py"))
+    missing = in_process("--check", server.url, "-o", str(tmp_path / "missing.py"))
     assert missing.returncode == 2
 
 
 def test_check_offline_against_a_snapshot_file(tmp_path):
     out = tmp_path / "claude.py"
-    assert orsgen(str(CORPUS), "--env", "claude", "-o", str(out)).returncode == 0
-    assert orsgen("--check", str(CORPUS), "--env", "claude", "-o", str(out)).returncode == 0
+    assert in_process(str(CORPUS), "--env", "claude", "-o", str(out)).returncode == 0
+    assert in_process("--check", str(CORPUS), "--env", "claude", "-o", str(out)).returncode == 0
     changed = json.loads(CORPUS.read_text())
     changed["tools"] = changed["tools"][1:]
     edited = tmp_path / "claude_edited.json"
     edited.write_text(json.dumps(changed))
-    result = orsgen("--check", str(edited), "--env", "claude", "-o", str(out))
+    result = in_process("--check", str(edited), "--env", "claude", "-o", str(out))
     assert result.returncode == 1 and f"- {json.loads(CORPUS.read_text())['tools'][0]['name']}: removed" in result.stdout
     not_ours = tmp_path / "plain.py"
     not_ours.write_text("x = 1\n")
-    result = orsgen("--check", str(CORPUS), "--env", "claude", "-o", str(not_ours))
+    result = in_process("--check", str(CORPUS), "--env", "claude", "-o", str(not_ours))
     assert result.returncode == 2 and "not an orsgen module" in result.stderr
 
 
 def test_regenerate_offline_from_the_embedded_snapshot(echo_server, tmp_path):
     out = tmp_path / "generated" / "echo.py"
-    assert orsgen(echo_server.url, "-o", "generated/echo.py", cwd=tmp_path).returncode == 0
+    assert in_process(echo_server.url, "-o", "generated/echo.py", cwd=tmp_path).returncode == 0
     before = out.read_text()
     out.write_text(before.replace('"""Echo text back.', '"""Edited by hand.'))
     # No server is named: the module's own snapshot is the input.
-    result = orsgen("generated/echo.py", "-o", "generated/echo.py", cwd=tmp_path, env={"OPENREWARD_SESSION_URL": "http://127.0.0.1:9"})
+    result = in_process("generated/echo.py", "-o", "generated/echo.py", cwd=tmp_path,
+                        env={"OPENREWARD_SESSION_URL": "http://127.0.0.1:9"})
     assert result.returncode == 0, result.stderr
     assert out.read_text() == before
-    assert orsgen("--check", "generated/echo.py", "-o", "generated/echo.py", cwd=tmp_path).returncode == 0
+    assert in_process("--check", "generated/echo.py", "-o", "generated/echo.py", cwd=tmp_path).returncode == 0
 
 
 def test_pyproject_targets(echo_server, tmp_path):
@@ -99,24 +101,24 @@ def test_pyproject_targets(echo_server, tmp_path):
         'env = "claude"\n'
         'class-name = "Claude"\n'
     )
-    result = orsgen(cwd=tmp_path)
+    result = in_process(cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert "wrote gen/echo.py" in result.stdout and "wrote gen/claude.py" in result.stdout
     assert "class Claude(runtime.Adapter)" in (tmp_path / "gen" / "claude.py").read_text()
-    assert orsgen("--check", cwd=tmp_path).returncode == 0
+    assert in_process("--check", cwd=tmp_path).returncode == 0
     echo = tmp_path / "gen" / "echo.py"
     echo.write_text(echo.read_text() + "# local edit\n")
-    stale = orsgen("--check", cwd=tmp_path)
+    stale = in_process("--check", cwd=tmp_path)
     assert stale.returncode == 1 and "gen/echo.py: stale" in stale.stdout and "gen/claude.py: up to date" in stale.stdout
     (tmp_path / "pyproject.toml").write_text("[tool.orsgen]\n")
-    assert orsgen(cwd=tmp_path).returncode == 2
+    assert in_process(cwd=tmp_path).returncode == 2
 
 
 def test_runtime_drift_fails_fast_with_a_readable_diff(tmp_path, monkeypatch):
     out = tmp_path / "drift_adapter.py"
     server = drift_server("a")
     try:
-        assert orsgen(server.url, "-o", str(out)).returncode == 0
+        assert in_process(server.url, "-o", str(out)).returncode == 0
         mod = load(out)
         assert mod.Drift().reset(task_index=1) == "task 1"
         mod.close_all()
@@ -141,7 +143,8 @@ def test_template_override_shadows_one_file(multi_server, tmp_path):
     builtin = (ROOT / "templates" / "bundle.py.jinja").read_text()
     (templates / "bundle.py.jinja").write_text("# house rule: reviewed bundles only\n" + builtin)
     out = tmp_path / "gen"
-    result = orsgen(multi_server.url, "--env", "echo", "--env", "quiz", "-o", str(out), "--templates", str(templates))
+    result = in_process(multi_server.url, "--env", "echo", "--env", "quiz", "-o", str(out),
+                        "--templates", str(templates))
     assert result.returncode == 0, result.stderr
     assert (out / "bundle.py").read_text().startswith("# house rule: reviewed bundles only\n")
     echo = (out / "echo.py").read_text()

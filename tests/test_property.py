@@ -22,6 +22,8 @@ from hypothesis import strategies as st
 from orsgen.pipeline import from_tools
 from transformers.utils import get_json_schema
 
+from tests.harness.trainers import tools_by_name
+
 EXAMPLES = int(os.environ.get("ORSGEN_PROPERTY_EXAMPLES", "20"))  # raise it for a deeper (slower) search
 SETTINGS = settings(
     max_examples=EXAMPLES,
@@ -242,15 +244,6 @@ def parse(data: Any) -> list[dict[str, Any]]:
     ]
 
 
-def tool_methods(instance: Any) -> dict[str, Any]:
-    """What TRL offers the model (public plain functions of the class minus reset/get_reward), by __name__."""
-    members = inspect.getmembers(type(instance), predicate=inspect.isfunction)
-    methods = [getattr(instance, n) for n, _ in members if not n.startswith("_") and n not in ("reset", "get_reward")]
-    by_name = {m.__name__: m for m in methods}
-    assert len(by_name) == len(methods), f"two methods share a __name__: {[m.__name__ for m in methods]}"
-    return by_name
-
-
 def check_module(data: Any, env: str = "env") -> tuple[types.ModuleType, dict[str, Any], list[dict[str, Any]]]:
     """Every property shared by all tests; returns (module, methods by wire name, the tools as written)."""
     text, adapter = from_tools(data, env=env)
@@ -272,7 +265,7 @@ def check_module(data: Any, env: str = "env") -> tuple[types.ModuleType, dict[st
     assert issubclass(module.ToolError, RuntimeError)
 
     instance = cls()
-    methods = tool_methods(instance)
+    methods = tools_by_name(instance)
     tools = parse(data)
     first: dict[str, dict[str, Any]] = {}
     for tool in tools:
@@ -429,7 +422,7 @@ def test_schema_corner_cases_give_working_methods():
     text, adapter = from_tools(tools)
     module = execute(text)
     instance = getattr(module, adapter.class_name)()
-    methods = tool_methods(instance)
+    methods = tools_by_name(instance)
     failures = []
     for tool in parse(tools):
         try:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import orsgen
+from tests.harness.generation import in_process
 
 QUEST = Path(__file__).parent / "golden" / "quest_variants" / "tools.json"
 CLASSES = ["Quest", "QuestWithHint", "QuestWithHintPeek", "QuestWithPeek"]
@@ -19,14 +19,14 @@ DEPENDENT = 'dependentRequired: {"count":["letter"]}'
 
 @pytest.fixture(scope="module")
 def text_report():
-    result = orsgen(str(QUEST), "--env", "quest", "--report")
+    result = in_process(str(QUEST), "--env", "quest", "--report")
     assert result.returncode == 0, result.stderr
     return result.stdout
 
 
 @pytest.fixture(scope="module")
 def markdown_report():
-    result = orsgen(str(QUEST), "--env", "quest", "--report", "--format", "markdown")
+    result = in_process(str(QUEST), "--env", "quest", "--report", "--format", "markdown")
     assert result.returncode == 0, result.stderr
     return result.stdout
 
@@ -128,7 +128,7 @@ def test_long_json_is_printed_whole(tmp_path, fmt):
         "properties": {"pick": {"type": "string", "enum": words}, "note": {"type": "string", "default": default}}}}]}
     path = tmp_path / "long.json"
     path.write_text(json.dumps(spec))
-    result = orsgen(str(path), "--env", "long", "--report", "--format", fmt)
+    result = in_process(str(path), "--env", "long", "--report", "--format", fmt)
     assert result.returncode == 0, result.stderr
     out = result.stdout
     seen = json.dumps({"type": "string", "enum": words}, separators=(",", ":"))
@@ -152,7 +152,7 @@ def test_report_compares_the_schema_as_the_model_read_it(tmp_path):
     }, "required": ["ids", "names", "ratio"]}}]}
     path = tmp_path / "t.json"
     path.write_text(json.dumps(spec))
-    result = orsgen(str(path), "--env", "t", "--report")
+    result = in_process(str(path), "--env", "t", "--report")
     assert result.returncode == 0, result.stderr
     differs = [line.strip() for line in result.stdout.splitlines() if "DIFFERS" in line]
     assert differs == ["DIFFERS ratio: enum [0.5, 1.5] -> None"]  # a float enum the signature cannot hold

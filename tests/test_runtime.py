@@ -8,17 +8,18 @@ import time
 
 import pytest
 
-from examples import serve
-from tests.conftest import load, orsgen, settle
+from tests.harness import servers
+from tests.harness.generation import in_process, load
+from tests.harness.servers import settle
 
 COUNTING = {"ORSGEN_COUNT_REQUESTS": "1"}
 
 
 @pytest.fixture(scope="module")
 def faulty(tmp_path_factory):
-    with serve.running("tests.envs.faulty:Faulty", env=COUNTING) as server:
+    with servers.running("tests.envs.faulty:Faulty", env=COUNTING) as server:
         out = tmp_path_factory.mktemp("faulty") / "faulty_adapter.py"
-        assert orsgen(server.url, "-o", str(out)).returncode == 0
+        assert in_process(server.url, "-o", str(out)).returncode == 0
         yield server, load(out), out
 
 
@@ -126,11 +127,11 @@ def test_a_slow_tool_times_out(faulty, monkeypatch):
 
 
 def test_server_killed_mid_episode_then_restarted(tmp_path, monkeypatch):
-    server = serve.start("tests.envs.faulty:Faulty")
+    server = servers.start("tests.envs.faulty:Faulty")
     try:
         port = int(server.url.rsplit(":", 1)[1])
         out = tmp_path / "killed.py"
-        assert orsgen(server.url, "-o", str(out)).returncode == 0
+        assert in_process(server.url, "-o", str(out)).returncode == 0
         mod = load(out)
         monkeypatch.setenv("ORSGEN_TOOL_TIMEOUT", "5")
         monkeypatch.setenv("ORSGEN_RESET_TIMEOUT", "5")
@@ -147,7 +148,7 @@ def test_server_killed_mid_episode_then_restarted(tmp_path, monkeypatch):
         with pytest.raises(mod.runtime.StartError, match="task 1 of split 'train' could not start"):
             env.reset(task_index=1)
         assert time.monotonic() - started < 15  # bounded by the documented timeouts, not the SDK's retries
-        server = serve.start("tests.envs.faulty:Faulty", port=port)
+        server = servers.start("tests.envs.faulty:Faulty", port=port)
         assert env.reset(task_index=2) == "faulty task 2"
         assert env.slow(seconds=0) == "slept 0.0"
         mod.close_all()
@@ -169,7 +170,7 @@ def test_validation_errors_reach_the_model_as_one_sentence_per_field(faulty):
 def test_async_tools_overlap(faulty, tmp_path):
     server, _, _ = faulty
     out = tmp_path / "async_adapter.py"
-    assert orsgen(server.url, "--async-tools", "-o", str(out)).returncode == 0
+    assert in_process(server.url, "--async-tools", "-o", str(out)).returncode == 0
     mod = load(out)
     from transformers.utils import get_json_schema
 
@@ -191,7 +192,7 @@ def test_secrets_never_reach_files_logs_or_errors(faulty, tmp_path):
     server, _, _ = faulty
     key, token = "sk-orsgen-test-key-4711", "tok-very-secret-0815"
     out = tmp_path / "secretive.py"
-    made = orsgen(server.url, "-o", str(out), env={"OPENREWARD_API_KEY": key})
+    made = in_process(server.url, "-o", str(out), env={"OPENREWARD_API_KEY": key})
     assert made.returncode == 0
     script = textwrap.dedent(f"""
         import sys; sys.path.insert(0, {str(tmp_path)!r})

@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from examples import serve
-from tests.conftest import load, orsgen, settle
 from tests.envs.flaky import BROKEN, NORMAL
+from tests.harness import servers
+from tests.harness.generation import load, orsgen
+from tests.harness.servers import settle
 
 RUNTIME = Path(__file__).resolve().parent.parent / "codegen" / "orsgen" / "runtime"
 
@@ -57,7 +58,7 @@ def test_the_runtime_modules_import_each_other_without_a_cycle():
 @pytest.fixture(scope="module")
 def two_environments(tmp_path_factory, echo_server):
     """(flaky module, echo module, flaky's server): two environments in one process."""
-    with serve.running("tests.envs.flaky:Flaky", env={"ORSGEN_COUNT_REQUESTS": "1"}) as flaky_server:
+    with servers.running("tests.envs.flaky:Flaky", env={"ORSGEN_COUNT_REQUESTS": "1"}) as flaky_server:
         modules = []
         for target, stem in ((flaky_server.url, "flaky_core"), (echo_server.url, "echo_core")):
             out = tmp_path_factory.mktemp(stem) / f"{stem}.py"

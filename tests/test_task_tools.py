@@ -4,16 +4,17 @@ import re
 
 import pytest
 
-from examples import serve, tiny
-from examples.demo import recording, tool_methods
-from tests.conftest import load, orsgen
+from examples import tiny
+from tests.harness import servers
+from tests.harness.generation import in_process, load
+from tests.harness.trainers import recording, tool_methods, trainer
 
 
 @pytest.fixture(scope="module")
 def quest(tmp_path_factory):
-    with serve.running("tests.envs.quest:Quest") as server:
+    with servers.running("tests.envs.quest:Quest") as server:
         out = tmp_path_factory.mktemp("quest") / "quest.py"
-        result = orsgen(server.url, "--task-tools-from", "all", "-o", str(out))
+        result = in_process(server.url, "--task-tools-from", "all", "-o", str(out))
         assert result.returncode == 0, result.stderr
         yield server, load(out), result
 
@@ -38,12 +39,12 @@ def test_task_tools_become_subclasses(quest):
 def test_task_tools_from_some_tasks_and_bad_specs(quest, tmp_path):
     server, _, _ = quest
     out = tmp_path / "even.py"
-    odd = orsgen(server.url, "--task-tools-from", "1,3", "-o", str(out))
+    odd = in_process(server.url, "--task-tools-from", "1,3", "-o", str(out))
     assert odd.returncode == 0 and load(out).ENVIRONMENTS.keys() == {"Quest", "QuestWithHint"}
     assert "class QuestWithHint adds hint for tasks 1, 3" in odd.stdout  # the summary names the variant classes
     for spec, message in (("x", "use indices"), ("0-9", "task 6 does not exist"),
                           ("0,2", "no task of quest advertises tools beyond the shared ones")):  # an option that does nothing
-        result = orsgen(server.url, "--task-tools-from", spec, "-o", str(out))
+        result = in_process(server.url, "--task-tools-from", spec, "-o", str(out))
         assert result.returncode == 2 and message in result.stderr
 
 
@@ -61,28 +62,18 @@ def test_terminal_reward_submits_the_final_message(quest):
 
 @pytest.mark.trainer
 def test_grpo_offers_task_tools_only_to_their_tasks(quest, tmp_path):
-    import torch
-    from trl import GRPOTrainer
-
-    torch.set_num_threads(2)
     _, mod, _ = quest
     factories = {name: recording(cls) for name, cls in mod.ENVIRONMENTS.items()}
-    tok = tiny.tokenizer([tiny.conversation("Guess the word (3 letters)", "hint", {"level": 1}, "s")],
-                         tool_methods(mod.QuestWithHint()) + tool_methods(mod.QuestWithPeek()))
-    trainer = GRPOTrainer(
-        model=tiny.model(tok),
-        processing_class=tok,
-        args=tiny.grpo_config(str(tmp_path / "out"), 1, max_tool_calling_iterations=1, num_generations=2,
-                              per_device_train_batch_size=12),
-        train_dataset=mod.dataset(),
-        environment_factory=factories,
-        rollout_func=tiny.scripted_rollouts(lambda i, prompt: tiny.call_text("hint", {"level": 1})),
-    )
-    trainer.train()
+    run = trainer(factories, str(tmp_path / "out"), 1, threads=2,
+                  tools=tool_methods(mod.QuestWithHint()) + tool_methods(mod.QuestWithPeek()),
+                  conversations=[tiny.conversation("Guess the word (3 letters)", "hint", {"level": 1}, "s")],
+                  train_dataset=mod.dataset(), first_turn=lambda i, prompt: tiny.call_text("hint", {"level": 1}),
+                  num_generations=2, per_device_train_batch_size=12)
+    run.train()
     mod.close_all()
     hinted = {name: [c for c in cls.calls if c[0] == "hint"] for name, cls in factories.items()}
     assert len(hinted["QuestWithHint"]) == 6  # tasks 1, 3, 5 x 2 generations: the tool was theirs
     assert hinted["Quest"] == [] and hinted["QuestWithPeek"] == []  # elsewhere TRL refused: not their tool
-    failures = [e["tools/failure_frequency"] for e in trainer.state.log_history if "tools/failure_frequency" in e]
+    failures = [e["tools/failure_frequency"] for e in run.state.log_history if "tools/failure_frequency" in e]
     assert failures and failures[0] == pytest.approx(0.5)
     assert all(re.fullmatch(r"[a-z]+", r) for _, _, r in hinted["QuestWithHint"])

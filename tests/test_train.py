@@ -5,17 +5,15 @@ import re
 import pytest
 
 from examples import tiny
-from examples.demo import recording, tool_methods
+from tests.harness import servers, trainers
+from tests.harness.generation import in_process
+from tests.harness.trainers import recording, tool_methods
 
 pytestmark = pytest.mark.trainer  # trains or runs TRL code: also under the oldest TRL (.ci/trl-oldest)
 
 
 @pytest.mark.parametrize("steps", [2])
 def test_grpo_trains_against_generated_adapter(echo_server, generate, tmp_path, steps):
-    import torch
-    from trl import GRPOTrainer
-
-    torch.set_num_threads(2)
     mod = generate(echo_server.url)
     train = mod.dataset(num_tasks=4)
     probe = mod.Echo()
@@ -23,7 +21,6 @@ def test_grpo_trains_against_generated_adapter(echo_server, generate, tmp_path, 
         tiny.conversation(probe.reset(**row), "echo", {"text": row["target"]}, row["target"]) for row in train
     ]
     probe._close()
-    tok = tiny.tokenizer(conversations, tool_methods(probe))
     words = list(train["target"])
 
     def first_turn(i: int, prompt: str) -> str:
@@ -31,14 +28,8 @@ def test_grpo_trains_against_generated_adapter(echo_server, generate, tmp_path, 
         return tiny.call_text("echo", {"text": word if i % 2 == 0 else word + "x"})  # half right, half wrong
 
     env_class = recording(mod.Echo)
-    trainer = GRPOTrainer(
-        model=tiny.model(tok),
-        processing_class=tok,
-        args=tiny.grpo_config(str(tmp_path / "out"), steps, max_tool_calling_iterations=1),
-        train_dataset=train,
-        environment_factory=env_class,
-        rollout_func=tiny.scripted_rollouts(first_turn),
-    )
+    trainer = trainers.trainer(env_class, str(tmp_path / "out"), steps, tools=tool_methods(probe), threads=2,
+                               conversations=conversations, train_dataset=train, first_turn=first_turn)
     assert [t.__name__ for t in trainer.tools] == ["echo", "hint"]
     trainer.train()
     mod.close_all()
@@ -61,13 +52,7 @@ def test_grpo_on_two_environments_from_a_bundle(multi_server, tmp_path):
     import importlib
     import sys
 
-    import torch
-    from trl import GRPOTrainer
-
-    from tests.conftest import orsgen
-
-    torch.set_num_threads(2)
-    result = orsgen(multi_server.url, "--env", "echo", "--env", "quiz", "-o", str(tmp_path / "envs"))
+    result = in_process(multi_server.url, "--env", "echo", "--env", "quiz", "-o", str(tmp_path / "envs"))
     assert result.returncode == 0, result.stderr
     sys.path.insert(0, str(tmp_path))
     try:
@@ -78,9 +63,8 @@ def test_grpo_on_two_environments_from_a_bundle(multi_server, tmp_path):
     assert sorted(set(mixed["environment"])) == ["echo", "quiz"]
     factories = {name: recording(cls) for name, cls in bundle.ENVIRONMENTS.items()}
     probes = {name: cls() for name, cls in bundle.ENVIRONMENTS.items()}
-    conversations = [tiny.conversation("Echo the word apple", "echo", {"text": "apple"}, "apple"),
+    conversations = [tiny.conversation(*trainers.ECHO_APPLE),
                      tiny.conversation("What is 2+2?", "answer", {"answer": "4"}, "correct")]
-    tok = tiny.tokenizer(conversations, [m for p in probes.values() for m in tool_methods(p)])
 
     def first_turn(i: int, prompt: str) -> str:
         word = re.search(r"Echo the word (\w+)", prompt)
@@ -88,16 +72,10 @@ def test_grpo_on_two_environments_from_a_bundle(multi_server, tmp_path):
             return tiny.call_text("echo", {"text": word.group(1)})
         return tiny.call_text("answer", {"answer": "4"})
 
-    trainer = GRPOTrainer(
-        model=tiny.model(tok),
-        processing_class=tok,
-        args=tiny.grpo_config(str(tmp_path / "out"), 2, max_tool_calling_iterations=1, num_generations=2,
-                              per_device_train_batch_size=4),
-        train_dataset=mixed,
-        environment_factory=factories,
-        rollout_func=tiny.scripted_rollouts(first_turn),
-        callbacks=[bundle.EpisodeMetrics()],
-    )
+    trainer = trainers.trainer(factories, str(tmp_path / "out"), 2, threads=2, conversations=conversations,
+                               tools=[m for p in probes.values() for m in tool_methods(p)], train_dataset=mixed,
+                               first_turn=first_turn, num_generations=2, per_device_train_batch_size=4,
+                               callbacks=[bundle.EpisodeMetrics()])
     trainer.train()
     bundle.close_all()
     echo_calls = [c for c in factories["echo"].calls if c[0] == "echo"]
@@ -114,14 +92,8 @@ def test_grpo_on_two_environments_from_a_bundle(multi_server, tmp_path):
 
 
 def test_grpo_with_environment_owned_data(echo_server, generate, tmp_path):
-    import torch
-    from trl import GRPOTrainer
-
-    torch.set_num_threads(2)
     mod = generate(echo_server.url)
     probe = mod.Echo()
-    tok = tiny.tokenizer([tiny.conversation("Echo the word apple", "echo", {"text": "apple"}, "apple")],
-                         tool_methods(probe))
     prompts: list[str] = []
 
     def first_turn(i: int, prompt: str) -> str:
@@ -129,13 +101,8 @@ def test_grpo_with_environment_owned_data(echo_server, generate, tmp_path):
         return tiny.call_text("echo", {"text": re.search(r"Echo the word (\w+)", prompt).group(1)})
 
     env_class = recording(mod.Echo)
-    trainer = GRPOTrainer(  # no train_dataset: the adapter picks the tasks
-        model=tiny.model(tok),
-        processing_class=tok,
-        args=tiny.grpo_config(str(tmp_path / "out"), 2, max_tool_calling_iterations=1),
-        environment_factory=env_class,
-        rollout_func=tiny.scripted_rollouts(first_turn),
-    )
+    trainer = trainers.trainer(env_class, str(tmp_path / "out"), 2, tools=tool_methods(probe), threads=2,
+                               first_turn=first_turn)  # no train_dataset: the adapter picks the tasks
     trainer.train()
     mod.close_all()
     assert len(prompts) == 16
@@ -152,16 +119,12 @@ def test_two_worker_processes_train_with_their_own_adapter_pools(tmp_path):
     import subprocess
     import sys
 
-    from examples import serve
-    from examples.serve import free_port
-    from tests.conftest import orsgen
-
-    with serve.running("examples.echo:Echo", env={"ORSGEN_COUNT_REQUESTS": "1"}) as server:
+    with servers.running("examples.echo:Echo", env={"ORSGEN_COUNT_REQUESTS": "1"}) as server:
         module = tmp_path / "echo_workers.py"
-        assert orsgen(server.url, "-o", str(module)).returncode == 0
+        assert in_process(server.url, "-o", str(module)).returncode == 0
         run = subprocess.run(
             [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
-             "--master_port", str(free_port()), "-m", "tests.harness.distributed", str(module), str(tmp_path / "out")],
+             "--master_port", str(servers.free_port()), "-m", "tests.harness.distributed", str(module), str(tmp_path / "out")],
             check=False, capture_output=True, text=True, timeout=600,
         )
         assert run.returncode == 0, run.stderr[-3000:]

@@ -10,10 +10,10 @@ import sys
 
 import pytest
 
-from examples import serve
 from examples.echo import WORDS
-from tests.conftest import load, orsgen, settle
-from tests.harness import owned_data
+from tests.harness import owned_data, servers
+from tests.harness.generation import in_process, load
+from tests.harness.servers import settle
 
 pytestmark = pytest.mark.trainer  # trains or runs TRL code: also under the oldest TRL (.ci/trl-oldest)
 
@@ -21,14 +21,14 @@ pytestmark = pytest.mark.trainer  # trains or runs TRL code: also under the olde
 @pytest.fixture(scope="module")
 def counted():
     """The echo env on a server that logs every `POST /create` (split, index, session id)."""
-    with serve.running("examples.echo:Echo", env={"ORSGEN_COUNT_REQUESTS": "1"}) as server:
+    with servers.running("examples.echo:Echo", env={"ORSGEN_COUNT_REQUESTS": "1"}) as server:
         yield server
 
 
 @pytest.fixture(scope="module")
 def module_path(counted, tmp_path_factory):
     path = tmp_path_factory.mktemp("owned") / "echo_owned.py"
-    result = orsgen(counted.url, "-o", str(path))
+    result = in_process(counted.url, "-o", str(path))
     assert result.returncode == 0, result.stderr
     return path
 
@@ -42,7 +42,7 @@ def task_of(body: dict) -> tuple[str, int]:
     return split, int(index)
 
 
-def created(server: serve.Running, since: int) -> list[dict]:
+def created(server: servers.Served, since: int) -> list[dict]:
     """The server's `POST /create` log from entry `since` on; every one of them must have succeeded on a train task."""
     log = server.creates()[since:]
     assert all(entry["status"] == 200 and task_of(entry["body"])[0] == "train" for entry in log), log
@@ -59,9 +59,6 @@ def matched(log: list[dict], resets: list[dict]) -> None:
 
 
 def test_groups_share_a_task_after_a_stray_reset(counted, module_path, tmp_path):
-    import torch
-
-    torch.set_num_threads(1)
     assert len(WORDS) == 8  # the echo env's train split: enough for every group of the run to differ
     steps, per_device, generations = 3, 8, 4  # 2 groups a step, 6 in all
     mod = load(module_path)
@@ -71,7 +68,7 @@ def test_groups_share_a_task_after_a_stray_reset(counted, module_path, tmp_path)
     stray_session = probe._session.sid
     probe._close(wait=True)
     env_class = owned_data.tracking(mod.Echo)
-    trainer = owned_data.trainer(mod, env_class, str(tmp_path / "out"), steps,
+    trainer = owned_data.trainer(mod, env_class, str(tmp_path / "out"), steps, threads=1,
                                  per_device_train_batch_size=per_device, num_generations=generations)
     trainer.train()
     mod.close_all()
@@ -109,7 +106,7 @@ def test_two_ranks_agree_on_the_task_of_a_group_that_spans_them(counted, module_
     before = len(counted.creates())
     run = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(world), "--master_addr", "127.0.0.1",
-         "--master_port", str(serve.free_port()), "-m", "tests.harness.owned_data", str(module_path),
+         "--master_port", str(servers.free_port()), "-m", "tests.harness.owned_data", str(module_path),
          str(tmp_path / "out"), str(steps), str(per_device), str(generations)],
         check=False, capture_output=True, text=True, timeout=600, env={**os.environ, "ORSGEN_OPEN_AHEAD": open_ahead},
     )

@@ -7,13 +7,12 @@ import logging
 import types
 
 import pytest
-from orsgen.cli import main as orsgen
 from orsgen.runtime import Adapter
 
-from examples import serve, tiny
 from examples.echo import WORDS
-from tests.conftest import load, settle
-from tests.harness import owned_data
+from tests.harness import ROOT, owned_data, servers, trainers
+from tests.harness.generation import in_process, load
+from tests.harness.servers import settle
 
 pytestmark = pytest.mark.trainer
 ROW = {"prompt": [{"role": "user", "content": ""}]}  # TRL's placeholder row without a train_dataset
@@ -21,9 +20,9 @@ ROW = {"prompt": [{"role": "user", "content": ""}]}  # TRL's placeholder row wit
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
-    with serve.running("examples.echo:Echo", env={"ORSGEN_COUNT_REQUESTS": "1"}) as server:
+    with servers.running("examples.echo:Echo", env={"ORSGEN_COUNT_REQUESTS": "1"}) as server:
         path = tmp_path_factory.mktemp("contract") / "echo_contract.py"
-        assert orsgen([server.url, "-o", str(path)]) == 0
+        assert in_process(server.url, "-o", str(path)).returncode == 0
         yield server, load(path)
 
 
@@ -147,7 +146,6 @@ def test_a_trl_release_outside_the_range_is_named_once(served, trainer, monkeypa
 def test_a_renamed_generation_method_still_gets_its_groups_right(served, tmp_path):
     """TRL's own generation method under another name (its code object renamed, as a refactor would), training
     without a train_dataset: every GRPO group opens one task, the groups of a step differ."""
-    import torch
     from trl import GRPOTrainer
 
     server, mod = served
@@ -161,14 +159,9 @@ def test_a_renamed_generation_method_still_gets_its_groups_right(served, tmp_pat
         def _generate_and_score_completions(self, inputs):
             return self._roll_out_batch(inputs)
 
-    torch.set_num_threads(1)
     env_class = owned_data.tracking(mod.Echo)
-    tok = tiny.tokenizer([tiny.conversation("Echo the word apple", "echo", {"text": "apple"}, "apple")],
-                         [mod.Echo().echo])
-    run = Renamed(model=tiny.model(tok), processing_class=tok, environment_factory=env_class,
-                  args=tiny.grpo_config(str(tmp_path), 2, max_tool_calling_iterations=1, per_device_train_batch_size=8,
-                                        num_generations=4),
-                  rollout_func=tiny.scripted_rollouts(owned_data.first_turn))
+    run = trainers.trainer(env_class, str(tmp_path), 2, tools=[mod.Echo().echo], threads=1, trainer_class=Renamed,
+                           per_device_train_batch_size=8, num_generations=4)
     env_class.trainer = run
     before = len(server.creates())
     run.train()
@@ -208,8 +201,6 @@ def test_the_declared_range_is_the_one_the_runtime_names():
     import tomllib
 
     from orsgen.runtime import trl as boundary
-
-    from tests.conftest import ROOT
 
     train = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["train"]
     assert f"trl{boundary.SUPPORTED}" in train

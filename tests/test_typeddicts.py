@@ -18,7 +18,7 @@ from orsgen import normalize
 from orsgen.model import typeddicts
 from orsgen.model.typemap import Converter
 
-from tests.test_generation_speed import CORPORA, GOLDEN, wide_tools
+from tests.harness.tool_lists import CORPORA, GOLDEN, wide_tools
 
 
 def dmcg(schema: dict[str, Any], root: str) -> str:

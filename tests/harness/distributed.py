@@ -4,40 +4,21 @@ tool calls its adapters made and how many sessions it left open."""
 
 import json
 import os
-import re
 import sys
 from pathlib import Path
+
+from tests.harness import trainers
+from tests.harness.generation import load
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
 def main(module_path: str, out_dir: str) -> None:
-    import torch
-    from trl import GRPOTrainer
-
-    from examples import tiny
-    from examples.demo import load_module, recording, tool_methods
-
-    torch.set_num_threads(1)
-    module = load_module(Path(module_path))
-    env_class = recording(module.Echo)
-    tok = tiny.tokenizer([tiny.conversation("Echo the word apple", "echo", {"text": "apple"}, "apple")],
-                         tool_methods(module.Echo()))
-
-    def first_turn(i: int, prompt: str) -> str:
-        word = re.search(r"Echo the word (\w+)", prompt)
-        return tiny.call_text("echo", {"text": word.group(1) if word else "x"})
-
-    trainer = GRPOTrainer(
-        model=tiny.model(tok),
-        processing_class=tok,
-        args=tiny.grpo_config(out_dir, 2, max_tool_calling_iterations=1, per_device_train_batch_size=4,
-                              num_generations=4),
-        train_dataset=module.dataset(),
-        environment_factory=env_class,
-        rollout_func=tiny.scripted_rollouts(first_turn),
-    )
+    module = load(Path(module_path))
+    env_class = trainers.recording(module.Echo)
+    trainer = trainers.trainer(env_class, out_dir, 2, tools=trainers.tool_methods(module.Echo()), threads=1,
+                               train_dataset=module.dataset(), per_device_train_batch_size=4, num_generations=4)
     trainer.train()
     module.close_all()
     rank = int(os.environ.get("RANK", "0"))

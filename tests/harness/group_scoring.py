@@ -24,7 +24,7 @@ def train(module: Any, out_dir: str, indices: list[int], per_device: int = 8, st
     from trl import GRPOTrainer
 
     from examples import tiny
-    from examples.demo import tool_methods
+    from examples.tiny import tool_methods
 
     torch.set_num_threads(1)
     train_rows = module.dataset(indices=indices, prompts=True)
@@ -69,7 +69,7 @@ def train(module: Any, out_dir: str, indices: list[int], per_device: int = 8, st
 def main(module_path: str, out_dir: str, tasks: str, per_device: str) -> None:
     from orsgen.runtime import adapter
 
-    from examples.demo import load_module
+    from tests.harness.generation import load as load_module
 
     module = load_module(Path(module_path))
     rank = int(os.environ.get("RANK", "0"))
@@ -88,9 +88,10 @@ def async_worker(module_path: str) -> None:
     """TRL's AsyncGRPO rollout worker (driven as tests/test_async_grpo.py drives it) with group_reward in its
     reward_funcs, in a process of its own: prints how the worker ended."""
     from examples import tiny
-    from examples.demo import load_module, tool_methods
+    from examples.tiny import tool_methods
+    from tests.harness.async_worker import run_worker
     from tests.harness.completions import serving
-    from tests.test_async_grpo import run_worker
+    from tests.harness.generation import load as load_module
 
     module = load_module(Path(module_path))
     rows = module.dataset(indices=[0], prompts=True)

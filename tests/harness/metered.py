@@ -33,8 +33,9 @@ def train(module: Any, out_dir: str, url: str, steps: int) -> tuple[Any, list[in
     from transformers import TrainerCallback
     from trl import GRPOTrainer
 
-    from examples import serve, tiny
-    from examples.demo import tool_methods
+    from examples import tiny
+    from examples.tiny import tool_methods
+    from tests.harness import servers
 
     torch.set_num_threads(1)
     rows = module.dataset()
@@ -43,7 +44,7 @@ def train(module: Any, out_dir: str, url: str, steps: int) -> tuple[Any, list[in
 
     class Marks(TrainerCallback):  # type: ignore[misc]
         def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-            marks.append(len(serve.Running(url, None).log()))  # type: ignore[arg-type]
+            marks.append(len(servers.Served(url, None).log()))  # type: ignore[arg-type]
 
     env_class = adapter_class(module)
     tok = tiny.tokenizer([tiny.conversation("Answer task 0", "answer", {}, "answered")], tool_methods(env_class()))
@@ -64,7 +65,7 @@ def train(module: Any, out_dir: str, url: str, steps: int) -> tuple[Any, list[in
 
 
 def main(module_path: str, out_dir: str, url: str) -> None:
-    from examples.demo import load_module
+    from tests.harness.generation import load as load_module
 
     module = load_module(Path(module_path))
     world = int(os.environ.get("WORLD_SIZE", "1"))

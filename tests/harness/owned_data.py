@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import sys
 from pathlib import Path
 from typing import Any, ClassVar
+
+from tests.harness import trainers
+from tests.harness.generation import load
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -55,43 +57,18 @@ def tracking(adapter_class: type, echo: bool = False) -> type:
     return Tracking
 
 
-def first_turn(i: int, prompt: str) -> str:
-    """The scripted first assistant turn: echo the task's word."""
-    from examples import tiny
-
-    word = re.search(r"Echo the word (\w+)", prompt)
-    return tiny.call_text("echo", {"text": word.group(1) if word else "x"})
-
-
 def trainer(module: Any, env_class: type, out_dir: str, steps: int, **config: Any) -> Any:
-    """A GRPOTrainer with no train_dataset, a tiny model and the scripted first turn."""
-    from trl import GRPOTrainer
-
-    from examples import tiny
-    from examples.demo import tool_methods
-
-    tok = tiny.tokenizer([tiny.conversation("Echo the word apple", "echo", {"text": "apple"}, "apple")],
-                         tool_methods(module.Echo()))
-    built = GRPOTrainer(  # no train_dataset: the environment owns the data
-        model=tiny.model(tok),
-        processing_class=tok,
-        args=tiny.grpo_config(out_dir, steps, max_tool_calling_iterations=1, **config),
-        environment_factory=env_class,
-        rollout_func=tiny.scripted_rollouts(first_turn),
-    )
+    """A GRPOTrainer with no train_dataset (the environment owns the data), the tiny model and the scripted echo;
+    `env_class.trainer` is set to it, so the records say where the trainer had each rollout."""
+    built = trainers.trainer(env_class, out_dir, steps, tools=trainers.tool_methods(module.Echo()), **config)
     env_class.trainer = built
     return built
 
 
 def main(module_path: str, out_dir: str, steps: str, per_device: str, num_generations: str) -> None:
-    import torch
-
-    from examples.demo import load_module
-
-    torch.set_num_threads(1)
-    module = load_module(Path(module_path))
+    module = load(Path(module_path))
     env_class = tracking(module.Echo, echo=True)
-    run = trainer(module, env_class, out_dir, int(steps), per_device_train_batch_size=int(per_device),
+    run = trainer(module, env_class, out_dir, int(steps), threads=1, per_device_train_batch_size=int(per_device),
                   num_generations=int(num_generations))
     run.train()
     module.close_all()

@@ -12,11 +12,11 @@ import os
 import re
 import sys
 from importlib.metadata import requires, version
-from pathlib import Path
+
+from tests.harness import ROOT
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-ROOT = Path(__file__).resolve().parents[2]
 GENERATOR = {"black", "jinja2", "datamodel-code-generator", "uvicorn"}
 
 
@@ -24,37 +24,22 @@ def main(black_before: str) -> None:
     assert version("black") == black_before, f"installing orsgen changed black: {version('black')}"
     needed = {re.split(r"[ <>=!~;\[]", r, maxsplit=1)[0].lower() for r in requires("orsgen") or [] if "extra ==" not in r}
     assert not needed & GENERATOR, f"the runtime requires generator packages: {sorted(needed & GENERATOR)}"
-    import torch
-    from trl import GRPOTrainer
+    from examples import serve
+    from tests.harness import trainers
+    from tests.harness.generation import load
 
-    from examples import serve, tiny
-    from examples.demo import load_module, tool_methods
-
-    torch.set_num_threads(1)
     with serve.running("examples.echo:Echo") as server:
         os.environ["OPENREWARD_SESSION_URL"] = server.url  # the committed module pins the example's port
-        module = load_module(ROOT / "generated" / "echo.py")
-        tok = tiny.tokenizer([tiny.conversation("Echo the word apple", "echo", {"text": "apple"}, "apple")],
-                             tool_methods(module.Echo()))
-        trainer = GRPOTrainer(
-            model=tiny.model(tok), processing_class=tok,
-            args=tiny.grpo_config(str(ROOT / ".venv-trl-oldest" / "out"), 1, max_tool_calling_iterations=1),
-            train_dataset=module.dataset(num_tasks=4), environment_factory=module.Echo,
-            rollout_func=tiny.scripted_rollouts(_echo_the_word),
-        )
+        module = load(ROOT / "generated" / "echo.py")
+        trainer = trainers.trainer(module.Echo, str(ROOT / ".venv-trl-oldest" / "out"), 1, threads=1,
+                                   tools=trainers.tool_methods(module.Echo()),
+                                   train_dataset=module.dataset(num_tasks=4))
         trainer.train()
         module.close_all()
         rewards = [e["rewards/Echo/mean"] for e in trainer.state.log_history if "rewards/Echo/mean" in e]
         assert trainer.state.global_step == 1 and rewards == [1.0], trainer.state.log_history
     print(f"training install: black {version('black')} unchanged, no generator requirement, "
           f"TRL {version('trl')} trained 1 step with generated/echo.py (reward {rewards[0]})")
-
-
-def _echo_the_word(i: int, prompt: str) -> str:
-    from examples import tiny
-
-    word = re.search(r"Echo the word (\w+)", prompt)
-    return tiny.call_text("echo", {"text": word.group(1) if word else ""})
 
 
 if __name__ == "__main__":

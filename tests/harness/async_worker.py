@@ -1,0 +1,98 @@
+"""TRL's AsyncGRPO rollout worker run in a thread of this process (`run_worker`): the body of AsyncRolloutWorker's
+spawned child as is, so a test reads its rollout buffer, its loop and what it raised."""
+
+import contextlib
+import inspect
+import multiprocessing as mp
+import os
+import queue
+import sys
+import threading
+import time
+from typing import Any
+
+
+class Run:
+    """One run of TRL's `_child_main` (the body of AsyncRolloutWorker's child) in a thread of this process."""
+
+    def __init__(self) -> None:
+        self.loop: Any = None  # the `_AsyncRolloutLoop` instance
+        self.samples: list[Any] = []
+        self.error: BaseException | None = None
+        self.started = 0.0
+        self.stopped_in = 0.0
+        self.finished = 0.0
+        self.exception_info: tuple[str, str, str] | None = None
+        self.failed = False
+        self.metrics: list[dict[str, Any]] = []
+
+
+def accepted(kwargs: dict[str, Any], *classes: type) -> dict[str, Any]:
+    """The keyword arguments this TRL release's `classes` take (TRL 1.16 added `eos_token_ids`; 1.13 has none):
+    AsyncRolloutWorker hands what it does not take itself to `_AsyncRolloutLoop`."""
+    names = {name for cls in classes for name in inspect.signature(cls.__init__).parameters}
+    return {k: v for k, v in kwargs.items() if k in names}
+
+
+def run_worker(until, *, timeout: float, **loop_kwargs: Any) -> Run:
+    """Start the worker with the shared objects AsyncRolloutWorker makes, read its rollout buffer until
+    `until(samples)`, then stop it the way the trainer does (the mp stop event) and wait for it to finish."""
+    from trl.experimental.async_grpo import async_rollout_worker as arw
+
+    run = Run()
+
+    class Loop(arw._AsyncRolloutLoop):  # the worker's loop class as is; only keeps a handle on the instance
+        def __init__(self, **kwargs: Any) -> None:
+            super().__init__(**kwargs)
+            run.loop = self
+
+    ctx = mp.get_context("spawn")
+    rollout_buffer, version, stop = ctx.Queue(), ctx.Value("i", 0), ctx.Event()
+    ready, heartbeat, failed = ctx.Event(), ctx.Value("d", time.time()), ctx.Event()
+    exception_info, metrics = ctx.Queue(maxsize=1), ctx.Queue(maxsize=4096)
+    loop_kwargs.setdefault("dataset_start_index", 0)
+    loop_kwargs.setdefault("queue_maxsize", 0)
+    loop_kwargs = accepted(loop_kwargs, arw._AsyncRolloutLoop)
+
+    def child() -> None:
+        try:
+            arw._child_main(Loop, loop_kwargs, rollout_buffer, version, stop, ready, heartbeat, failed,
+                            exception_info, metrics)
+        except BaseException as exc:  # noqa: BLE001 - what the child process would die of
+            run.error = exc
+
+    saved_env = dict(os.environ)  # _child_main scrubs CUDA/torchrun variables: it believes it is a fresh process
+    thread = threading.Thread(target=child, name="grpo-worker-under-test", daemon=True)
+    run.started = time.monotonic()
+    with contextlib.redirect_stderr(sys.stdout):  # _child_main prints the traceback of a failure
+        thread.start()
+        try:
+            if not ready.wait(60):
+                thread.join(5)
+                info = None if exception_info.empty() else exception_info.get(timeout=1)
+                raise AssertionError(f"the worker did not get ready: {run.error!r} {info}")
+            deadline = time.monotonic() + timeout
+            while not until(run.samples):
+                if not thread.is_alive():
+                    break
+                assert time.monotonic() < deadline, f"only {len(run.samples)} samples after {timeout}s"
+                with contextlib.suppress(queue.Empty):
+                    run.samples.append(rollout_buffer.get(timeout=0.2))
+        finally:
+            run.finished = time.monotonic()
+            stop.set()
+            stopping = time.monotonic()
+            thread.join(timeout=60)
+            run.stopped_in = time.monotonic() - stopping
+            os.environ.clear()
+            os.environ.update(saved_env)
+    assert not thread.is_alive(), "the worker did not stop"
+    run.failed = failed.is_set()
+    with contextlib.suppress(queue.Empty):
+        run.exception_info = exception_info.get(timeout=1)
+    while True:
+        try:
+            run.metrics.append(metrics.get(timeout=0.2))
+        except queue.Empty:
+            break
+    return run

@@ -1,0 +1,74 @@
+"""One preloaded process that starts the tests' servers: it imports the SDK's `Server` and uvicorn once, then forks
+a server per start. A start then costs a fork instead of the SDK's import (about 4.5 s of CPU each, some 30 starts
+in the fast tier); the server is the same `Server` under uvicorn, with the environment (`env`) the start gave.
+
+`python -m tests.harness.zygote`, driven by `tests/harness/servers.py` with one JSON line per request on stdin:
+`{"start": [specs], "port": N, "env": {...}}` -> `{"pid": P}`; `{"poll": P}` -> `{"returncode": null or N}` (a
+child is reaped only when polled, so its pid is never reused while the tests may still signal it). When stdin
+closes (the test session ended), the servers still running are stopped.
+"""
+
+import json
+import os
+import signal
+import sys
+import traceback
+
+
+def _serve(specs: list[str], port: int, env: dict[str, str]) -> None:
+    """In the forked child: the environment of the start, no pipes to the tests, then serve until stopped."""
+    devnull = os.open(os.devnull, os.O_RDWR)
+    os.dup2(devnull, 0)
+    os.dup2(devnull, 1)  # as the subprocess start does: the server's stdout goes nowhere, its stderr to the tests'
+    os.environ.clear()
+    os.environ.update(env)
+    sys.argv = ["tests.harness.servers", *specs, "--port", str(port)]
+    from tests.harness import servers
+
+    servers.main()
+
+
+def _child(specs: list[str], port: int, env: dict[str, str]) -> None:
+    code = 0
+    try:
+        _serve(specs, port, env)
+    except SystemExit as exit_:
+        code = exit_.code if isinstance(exit_.code, int) else 1
+    except BaseException:  # noqa: BLE001 - what a server subprocess would die of
+        traceback.print_exc()
+        code = 1
+    finally:
+        sys.stderr.flush()
+        os._exit(code)
+
+
+def main() -> None:
+    import uvicorn  # noqa: F401 - preloaded: what every server imports
+    from openreward.environments import Server  # noqa: F401
+
+    from tests.harness import servers  # noqa: F401 - and the request log
+
+    running: set[int] = set()
+    for line in sys.stdin:
+        request = json.loads(line)
+        if "start" in request:
+            pid = os.fork()
+            if pid == 0:
+                _child(request["start"], request["port"], request["env"])
+            running.add(pid)
+            reply: dict[str, object] = {"pid": pid}
+        else:
+            pid = request["poll"]
+            done, status = os.waitpid(pid, os.WNOHANG) if pid in running else (pid, 0)
+            reply = {"returncode": None if done == 0 else os.waitstatus_to_exitcode(status)}
+            if done:
+                running.discard(pid)
+        sys.stdout.write(json.dumps(reply) + "\n")
+        sys.stdout.flush()
+    for pid in running:  # the tests are gone: what they left running goes too (stopped ones included)
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+
+
+if __name__ == "__main__":
+    main()
