@@ -8,7 +8,8 @@ import sys
 
 import pytest
 
-from tests.harness import metered, servers
+from examples.tiny import tool_methods
+from tests.harness import metered, servers, trainers
 from tests.harness.generation import load, orsgen
 
 pytestmark = pytest.mark.trainer  # trains or runs TRL code: also under the oldest TRL (.ci/trl-oldest)
@@ -133,30 +134,15 @@ def echo_training(tmp_path):
     """train(train_dataset=..., eval_dataset=..., **config) -> (trainer, module, server): GRPO on the echo
     environment (served with request counting, adapter generated) with EpisodeMetrics and the scripted first turn;
     the server is still up."""
-    from trl import GRPOTrainer
-
-    from examples import tiny
-    from examples.tiny import tool_methods
-    from tests.harness.owned_data import first_turn
-
     with servers.running("examples.echo:Echo", env={"ORSGEN_COUNT_REQUESTS": "1"}) as server:
         out = tmp_path / "echo_metrics.py"
         assert orsgen(server.url, "-o", str(out)).returncode == 0
         module = load(out)
-        tok = tiny.tokenizer([tiny.conversation("Echo the word apple", "echo", {"text": "apple"}, "apple")],
-                             tool_methods(module.Echo()))
 
         def train(train_dataset=None, eval_dataset=None, **config):
-            trainer = GRPOTrainer(
-                model=tiny.model(tok),
-                processing_class=tok,
-                args=tiny.grpo_config(str(tmp_path / "out"), 2, max_tool_calling_iterations=1, **config),
-                train_dataset=train_dataset(module) if train_dataset else None,
-                eval_dataset=eval_dataset,
-                environment_factory=module.Echo,
-                rollout_func=tiny.scripted_rollouts(first_turn),
-                callbacks=[module.EpisodeMetrics()],
-            )
+            trainer = trainers.trainer(module.Echo, str(tmp_path / "out"), 2, tools=tool_methods(module.Echo()),
+                                       train_dataset=train_dataset(module) if train_dataset else None,
+                                       eval_dataset=eval_dataset, callbacks=[module.EpisodeMetrics()], **config)
             trainer.train()
             module.close_all()
             return trainer, module, server
