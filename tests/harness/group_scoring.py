@@ -20,18 +20,14 @@ SCORES = [1.0, 0.5, 0.25, 0.0]  # what the judge gives them on task 0 (shortest 
 def train(module: Any, out_dir: str, indices: list[int], per_device: int = 8, steps: int = 2,
           factory: Any = None) -> tuple[Any, list[list[float | None]], list[str]]:
     """(trainer, what group_reward returned at each step, every prompt as the chat template rendered it)."""
-    import torch
-    from trl import GRPOTrainer
-
     from examples import tiny
     from examples.tiny import tool_methods
+    from tests.harness import trainers
 
-    torch.set_num_threads(1)
     train_rows = module.dataset(indices=indices, prompts=True)
     probe = module.Judged()
-    tok = tiny.tokenizer([[*row["prompt"][:-1], *tiny.conversation(row["task_prompt"], "answer", {"text": a},
-                                                                     "correct")] for row in train_rows for a in
-                          ("Paris", "Rome")], tool_methods(probe))
+    conversations = [[*row["prompt"][:-1], *tiny.conversation(row["task_prompt"], "answer", {"text": a}, "correct")]
+                     for row in train_rows for a in ("Paris", "Rome")]
     returned: list[list[float | None]] = []
     rendered: list[str] = []
 
@@ -41,6 +37,7 @@ def train(module: Any, out_dir: str, indices: list[int], per_device: int = 8, st
         return scores
 
     def rollout(prompts: list[list[dict[str, Any]]], trainer: Any) -> dict[str, Any]:
+        tok = trainer.processing_class
         prompt_ids, completion_ids = [], []
         for i, prompt in enumerate(prompts):
             ids = tok.apply_chat_template(prompt, tools=trainer.tools, add_generation_prompt=True, tokenize=True,
@@ -52,15 +49,10 @@ def train(module: Any, out_dir: str, indices: list[int], per_device: int = 8, st
             completion_ids.append(tok(text, add_special_tokens=False)["input_ids"])
         return {"prompt_ids": prompt_ids, "completion_ids": completion_ids, "logprobs": None}
 
-    trainer = GRPOTrainer(
-        model=tiny.model(tok),
-        processing_class=tok,
-        args=tiny.grpo_config(out_dir, steps, max_tool_calling_iterations=1, per_device_train_batch_size=per_device,
-                              num_generations=4, max_completion_length=48),
-        train_dataset=train_rows,
-        reward_funcs=[group_reward],
-        environment_factory=factory or module.Judged,
-        rollout_func=rollout,
+    trainer = trainers.trainer(
+        factory or module.Judged, out_dir, steps, threads=1, tools=tool_methods(probe), conversations=conversations,
+        train_dataset=train_rows, reward_funcs=[group_reward], rollout_func=rollout,
+        per_device_train_batch_size=per_device, num_generations=4, max_completion_length=48,
     )
     trainer.train()
     return trainer, returned, rendered

@@ -29,15 +29,12 @@ def adapter_class(module: Any) -> type:
 
 def train(module: Any, out_dir: str, url: str, steps: int) -> tuple[Any, list[int]]:
     """(the trained trainer, the server's log length at each optimizer step's end)."""
-    import torch
     from transformers import TrainerCallback
-    from trl import GRPOTrainer
 
     from examples import tiny
     from examples.tiny import tool_methods
-    from tests.harness import servers
+    from tests.harness import servers, trainers
 
-    torch.set_num_threads(1)
     rows = module.dataset()
     rows = rows.add_column("task_prompt", [STALE if i == 3 else None for i in rows["task_index"]])
     marks: list[int] = []
@@ -47,17 +44,12 @@ def train(module: Any, out_dir: str, url: str, steps: int) -> tuple[Any, list[in
             marks.append(len(servers.Served(url, None).log()))  # type: ignore[arg-type]
 
     env_class = adapter_class(module)
-    tok = tiny.tokenizer([tiny.conversation("Answer task 0", "answer", {}, "answered")], tool_methods(env_class()))
-    trainer = GRPOTrainer(
-        model=tiny.model(tok),
-        processing_class=tok,
-        args=tiny.grpo_config(out_dir, steps, max_tool_calling_iterations=1, per_device_train_batch_size=2,
-                              num_generations=2, per_device_eval_batch_size=2, eval_strategy="steps", eval_steps=2),
-        train_dataset=rows,
-        eval_dataset=module.dataset(split="test"),
-        environment_factory=env_class,
-        rollout_func=tiny.scripted_rollouts(lambda i, prompt: tiny.call_text("answer", {})),
-        callbacks=[module.EpisodeMetrics(), Marks()],
+    trainer = trainers.trainer(
+        env_class, out_dir, steps, threads=1, tools=tool_methods(env_class()),
+        conversations=[tiny.conversation("Answer task 0", "answer", {}, "answered")], train_dataset=rows,
+        eval_dataset=module.dataset(split="test"), first_turn=lambda i, prompt: tiny.call_text("answer", {}),
+        callbacks=[module.EpisodeMetrics(), Marks()], per_device_train_batch_size=2, num_generations=2,
+        per_device_eval_batch_size=2, eval_strategy="steps", eval_steps=2,
     )
     trainer.train()
     module.close_all()

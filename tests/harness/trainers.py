@@ -47,12 +47,14 @@ def trainer(
     threads: int | None = None,
     trainer_class: type | None = None,
     callbacks: Sequence[Any] = (),
+    reward_funcs: Any = None,
+    rollout_func: Callable[..., Any] | None = None,
     **config: Any,
 ) -> Any:
     """A real GRPOTrainer on `factory` (`environment_factory`): the tiny model with a tokenizer trained on
     `conversations` (default: ECHO_APPLE) and `tools`, rollouts whose first turn is `first_turn(i, prompt)`, and
     `tiny.grpo_config(out_dir, steps, max_tool_calling_iterations=1, **config)`. No `train_dataset`: the environment
-    owns the data. `threads` sets torch's thread count first; `callbacks` are the trainer's."""
+    owns the data. `threads` sets torch's thread count first; `callbacks`, `reward_funcs` and `rollout_func` (instead of the scripted first turn) are the trainer's."""
     if FAST_TIER:
         raise RuntimeError("a GRPOTrainer in a test without @pytest.mark.trainer: mark it (the fast tier builds none)")
     import torch
@@ -68,6 +70,7 @@ def trainer(
         train_dataset=train_dataset,
         eval_dataset=eval_dataset,
         environment_factory=factory,
-        rollout_func=tiny.scripted_rollouts(first_turn),
+        reward_funcs=reward_funcs,
+        rollout_func=rollout_func or tiny.scripted_rollouts(first_turn),
         callbacks=list(callbacks),
     )
