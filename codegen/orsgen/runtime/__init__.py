@@ -5,7 +5,7 @@ within a major version, so a runtime fix reaches every committed adapter with ``
 regeneration.
 """
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from orsgen import __version__
 from orsgen.runtime import hooks
@@ -18,9 +18,6 @@ from orsgen.runtime.rows import one_type
 
 API = 1  # the contract between generated modules and this runtime; a module written for another API refuses to load
 
-if TYPE_CHECKING:
-    from orsgen.runtime.metrics import EpisodeMetrics
-
 __all__ = [
     "API", "UNSET", "Adapter", "DriftError", "EpisodeMetrics", "Pinned", "StartError", "ToolError", "WrongServer",
     "close_all", "finished_reward", "group_reward", "hooks", "named", "one_type", "outcome_reward", "require",
@@ -29,7 +26,9 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    """EpisodeMetrics on first use: it imports transformers (and torch), which generation never needs."""
+    """EpisodeMetrics on first use: it imports transformers (and torch), which generation never needs. Type checkers
+    see it as Any: naming its class here would have them analyse transformers and torch (30 s and more) to check any
+    generated module."""
     if name == "EpisodeMetrics":
         from orsgen.runtime.metrics import EpisodeMetrics
 
