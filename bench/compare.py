@@ -421,9 +421,9 @@ class GrpoRun:
         # both sides), so steps 2.. have the same make-up; the last step's closes would be a step's worth extra.
         close(trainer)
         assert len(marks) == GRPO_STEPS + 1, len(marks)
-        rewards = [e[k] for e in trainer.state.log_history for k in e if k.startswith("rewards/") and
-                   k.endswith("/mean")]
-        assert len(rewards) == GRPO_STEPS and all(r == 1.0 for r in rewards), rewards  # every rollout echoed and scored
+        rewards = [[e[k] for k in e if k.startswith("rewards/") and k.endswith("/mean")] for e in trainer.state.log_history]
+        rewards = [step for step in rewards if step]  # each step's reward functions: the environment's, group_reward
+        assert len(rewards) == GRPO_STEPS and all(r == 1.0 for step in rewards for r in step), rewards  # all scored
         steps = []
         for k in range(1, GRPO_STEPS + 1):
             (t0, c0, a0), (t1, c1, a1) = marks[k - 1], marks[k]

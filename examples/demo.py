@@ -14,6 +14,7 @@ import time
 import warnings
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 from examples.tiny import recording, tool_methods
 
@@ -38,6 +39,12 @@ def load_module(path: Path) -> ModuleType:
     sys.modules[path.stem] = module
     spec.loader.exec_module(module)
     return module
+
+
+def shown(entry: dict[str, Any], key: str, spec: str, scale: float = 1.0) -> str:
+    """A logged figure as text; "n/a" for None (a step whose episodes nothing scored)."""
+    value = entry.get(key, 0)
+    return "n/a" if value is None else format(value * scale, spec)
 
 
 def options(argv: list[str] | None, doc: str | None, steps: int) -> argparse.Namespace:
@@ -105,11 +112,11 @@ def main(argv: list[str] | None = None) -> int:
               f"{[t.__name__ for t in trainer.tools]}")
         for entry in trainer.state.log_history:
             if "reward" in entry:
-                print(f"      step {entry['step']}: reward mean {entry['reward']:.3f} "
-                      f"(std {entry.get('reward_std', 0):.3f}), tool calls per rollout "
-                      f"{entry.get('tools/call_frequency', 0):.2f}, failures {entry.get('tools/failure_frequency', 0):.2f}; "
-                      f"scored {entry.get('orsgen/scored_fraction', 0):.2f} of {entry.get('orsgen/episodes', 0):.0f} "
-                      f"episodes, reset p50 {entry.get('orsgen/reset_seconds_p50', 0) * 1000:.0f} ms")
+                print(f"      step {entry['step']}: reward mean {shown(entry, 'reward', '.3f')} "
+                      f"(std {shown(entry, 'reward_std', '.3f')}), tool calls per rollout "
+                      f"{shown(entry, 'tools/call_frequency', '.2f')}, failures {shown(entry, 'tools/failure_frequency', '.2f')}; "
+                      f"scored {shown(entry, 'orsgen/scored_fraction', '.2f')} of {shown(entry, 'orsgen/episodes', '.0f')} "
+                      f"episodes, reset p50 {shown(entry, 'orsgen/reset_seconds_p50', '.0f', 1000)} ms")
         module.close_all()  # GRPOTrainer never closes its environments
         calls = env_class.calls  # type: ignore[attr-defined]
         print(f"      {len(calls)} tool calls reached the environment through the adapter, e.g.:")
