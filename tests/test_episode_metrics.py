@@ -2,14 +2,13 @@
 their first start and go stale; the figures in the trainer's log_history equal what the server saw, step by step,
 on one and on two ranks; an evaluation pass on the test split reports its own and leaves training's alone."""
 
-import json
 import subprocess
 import sys
 
 import pytest
 
 from examples.tiny import tool_methods
-from tests.harness import metered, servers, trainers
+from tests.harness import metered, records, servers, trainers
 from tests.harness.generation import load, orsgen
 
 pytestmark = pytest.mark.trainer  # trains or runs TRL code: also under the oldest TRL (.ci/trl-oldest)
@@ -112,7 +111,7 @@ def test_two_ranks_log_the_sums_of_both(server_and_module, tmp_path):
         check=False, capture_output=True, text=True, timeout=900,
     )
     assert run.returncode == 0, run.stderr[-3000:]
-    reports = sorted((json.loads(line) for line in run.stdout.splitlines() if line.startswith('{"rank"')),
+    reports = sorted(records(run.stdout, "rank"),
                      key=lambda r: r["rank"])
     assert [r["rank"] for r in reports] == [0, 1]
     train = [logged(r["log_history"]) for r in reports]

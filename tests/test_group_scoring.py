@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from tests.harness import servers
+from tests.harness import records, servers
 from tests.harness.generation import orsgen
 from tests.harness.group_scoring import ANSWERS, SCORES, train
 from tests.harness.servers import free_port, settle
@@ -128,7 +128,7 @@ def torchrun(module, out, tasks: str, per_device: int) -> list[dict]:
         check=False, capture_output=True, text=True, timeout=900,
     )
     assert run.returncode == 0, run.stderr[-3000:]
-    return sorted((json.loads(line) for line in run.stdout.splitlines() if line.startswith('{"rank"')),
+    return sorted(records(run.stdout, "rank"),
                   key=lambda r: r["rank"])
 
 
@@ -164,7 +164,7 @@ def test_asyncgrpo_rollout_worker_refuses_group_reward_in_one_line(judged, tmp_p
     run = subprocess.run([sys.executable, "-m", "tests.harness.group_scoring", "async", str(path)], check=False,
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-3000:]
-    (line,) = [json.loads(x) for x in run.stdout.splitlines() if x.startswith('{"error"')]
+    (line,) = records(run.stdout, "error")
     assert line["error"] == "RuntimeError" and line["failed"] and line["samples"] == 0, line
     assert "\n" not in line["message"] and "AsyncGRPOTrainer does not" in line["message"]
     assert requests_of(log) == []

@@ -5,7 +5,7 @@ import re
 import pytest
 
 from examples import tiny
-from tests.harness import servers, trainers
+from tests.harness import records, servers, trainers
 from tests.harness.generation import in_process
 from tests.harness.trainers import recording, tool_methods
 
@@ -115,7 +115,6 @@ def test_grpo_with_environment_owned_data(echo_server, generate, tmp_path):
 def test_two_worker_processes_train_with_their_own_adapter_pools(tmp_path):
     """What `accelerate launch` does on several GPUs, on CPU: torchrun starts 2 DDP workers (gloo); each imports
     the generated module and builds its own pool. (`accelerate launch --cpu` runs one process without MPI.)"""
-    import json
     import subprocess
     import sys
 
@@ -128,7 +127,7 @@ def test_two_worker_processes_train_with_their_own_adapter_pools(tmp_path):
             check=False, capture_output=True, text=True, timeout=600,
         )
         assert run.returncode == 0, run.stderr[-3000:]
-        reports = sorted((json.loads(line) for line in run.stdout.splitlines() if line.startswith('{"rank"')),
+        reports = sorted(records(run.stdout, "rank"),
                          key=lambda r: r["rank"])
         assert [r["rank"] for r in reports] == [0, 1]
         assert all(r["steps"] == 2 and r["tool_calls"] >= 8 and r["open_sessions"] == 0 for r in reports)

@@ -3,7 +3,6 @@ which task every rollout's session opened, per GRPO group, in one process, acros
 refusal of a reset without task_index from a thread outside the trainer (AsyncGRPOTrainer's thread pool)."""
 
 import concurrent.futures
-import json
 import os
 import subprocess
 import sys
@@ -11,7 +10,7 @@ import sys
 import pytest
 
 from examples.echo import WORDS
-from tests.harness import owned_data, servers
+from tests.harness import owned_data, records, servers
 from tests.harness.generation import in_process, load
 from tests.harness.servers import settle
 
@@ -111,7 +110,7 @@ def test_two_ranks_agree_on_the_task_of_a_group_that_spans_them(counted, module_
         check=False, capture_output=True, text=True, timeout=600, env={**os.environ, "ORSGEN_OPEN_AHEAD": open_ahead},
     )
     assert run.returncode == 0, run.stderr[-3000:]
-    lines = [json.loads(line) for line in run.stdout.splitlines() if line.startswith(("{\"reset\"", "{\"rank\""))]
+    lines = records(run.stdout, "reset", "rank")
     resets = [line["reset"] for line in lines if "reset" in line]
     reports = sorted((line for line in lines if "rank" in line), key=lambda r: r["rank"])
     assert [r["rank"] for r in reports] == list(range(world))

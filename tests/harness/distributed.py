@@ -2,12 +2,11 @@
 MODULE_PATH OUT_DIR`. Each process imports the generated module and builds its own adapter pool; it prints how many
 tool calls its adapters made and how many sessions it left open."""
 
-import json
 import os
 import sys
 from pathlib import Path
 
-from tests.harness import trainers
+from tests.harness import emit, trainers
 from tests.harness.generation import load
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
@@ -25,8 +24,8 @@ def main(module_path: str, out_dir: str) -> None:
     from orsgen.runtime import adapter
 
     live = [a for a in list(adapter._live) if a._session is not None or a._opening is not None]
-    print(json.dumps({"rank": rank, "tool_calls": len(env_class.calls), "open_sessions": len(live),
-                      "steps": trainer.state.global_step}), flush=True)
+    emit({"rank": rank, "tool_calls": len(env_class.calls), "open_sessions": len(live),
+                      "steps": trainer.state.global_step})
 
 
 if __name__ == "__main__":

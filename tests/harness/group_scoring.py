@@ -4,11 +4,12 @@ PER_DEVICE`, by its two-rank test: each rank prints what group_reward returned a
 
 Rollout k of a group answers ANSWERS[k] (None: no tool call), so the judge's scores tell the rollouts apart."""
 
-import json
 import os
 import sys
 from pathlib import Path
 from typing import Any
+
+from tests.harness import emit
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -68,12 +69,12 @@ def main(module_path: str, out_dir: str, tasks: str, per_device: str) -> None:
     try:
         trainer, returned, _ = train(module, out_dir, [int(t) for t in tasks.split(",")], int(per_device))
     except RuntimeError as exc:  # the one line a refused layout gives
-        print(json.dumps({"rank": rank, "refused": str(exc)}), flush=True)
+        emit({"rank": rank, "refused": str(exc)})
         return
     module.close_all()
     live = [a for a in list(adapter._live) if a._session is not None or a._opening is not None]
-    print(json.dumps({"rank": rank, "returned": returned, "open_sessions": len(live),
-                      "steps": trainer.state.global_step}), flush=True)
+    emit({"rank": rank, "returned": returned, "open_sessions": len(live),
+                      "steps": trainer.state.global_step})
 
 
 def async_worker(module_path: str) -> None:
@@ -101,8 +102,8 @@ def async_worker(module_path: str) -> None:
             max_inflight_tasks=4, vllm_server_url=completions.url, max_tokens=64, max_tool_calling_iterations=1,
         )
     module.close_all()
-    print(json.dumps({"error": type(run.error).__name__, "message": str(run.error), "failed": run.failed,
-                      "samples": len(run.samples)}), flush=True)
+    emit({"error": type(run.error).__name__, "message": str(run.error), "failed": run.failed,
+                      "samples": len(run.samples)})
 
 
 if __name__ == "__main__":

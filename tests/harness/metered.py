@@ -11,11 +11,12 @@ OUT_DIR URL` prints one `{"rank": ..., "log_history": [...], "marks": [...]}` li
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from pathlib import Path
 from typing import Any
+
+from tests.harness import emit
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -62,8 +63,8 @@ def main(module_path: str, out_dir: str, url: str) -> None:
     module = load_module(Path(module_path))
     world = int(os.environ.get("WORLD_SIZE", "1"))
     trainer, marks = train(module, out_dir, url, steps=4 // world)
-    print(json.dumps({"rank": int(os.environ.get("RANK", "0")), "log_history": trainer.state.log_history,
-                      "marks": marks}), flush=True)
+    emit({"rank": int(os.environ.get("RANK", "0")), "log_history": trainer.state.log_history,
+                      "marks": marks})
 
 
 if __name__ == "__main__":

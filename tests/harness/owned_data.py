@@ -12,13 +12,12 @@ MODULE_PATH OUT_DIR STEPS PER_DEVICE NUM_GENERATIONS` prints one `{"reset": {...
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from pathlib import Path
 from typing import Any, ClassVar
 
-from tests.harness import trainers
+from tests.harness import emit, trainers
 from tests.harness.generation import load
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
@@ -50,7 +49,7 @@ def tracking(adapter_class: type, echo: bool = False) -> type:
         }
         Tracking.resets.append(record)
         if echo:
-            print(json.dumps({"reset": record}), flush=True)
+            emit({"reset": record})
 
     hooks.add("episode_start", record, Tracking)
     Tracking.__name__ = Tracking.__qualname__ = adapter_class.__name__
@@ -75,10 +74,9 @@ def main(module_path: str, out_dir: str, steps: str, per_device: str, num_genera
     from orsgen.runtime import adapter
 
     live = [a for a in list(adapter._live) if a._session is not None or a._opening is not None]
-    print(json.dumps({"rank": int(os.environ.get("RANK", "0")), "open_sessions": len(live),
+    emit({"rank": int(os.environ.get("RANK", "0")), "open_sessions": len(live),
                       "steps": run.state.global_step, "resets": len(env_class.resets),
-                      "ahead": {k: getattr(module.PINNED.ahead, k) for k in ("opened", "taken", "unused")}}),
-          flush=True)
+                      "ahead": {k: getattr(module.PINNED.ahead, k) for k in ("opened", "taken", "unused")}})
 
 
 if __name__ == "__main__":
