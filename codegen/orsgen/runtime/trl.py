@@ -124,7 +124,7 @@ def place(adapter: Any, row: Mapping[str, Any]) -> Place:
         # Locals are read only where a trainer can be: TRL's own frames and methods (a subclass's `self`). Reading a
         # frame's f_locals makes Python keep a copy of them in the frame while it runs (3.11/3.12): elsewhere that
         # would hold the caller's objects (an adapter it deletes) alive.
-        if module.split(".")[0] == "trl" or (code.co_argcount and code.co_varnames[0] == "self"):
+        if module.split(".")[0] == "trl" or _method(code):
             frames.append(frame)
             local = frame.f_locals
             trainer = next((v for v in local.values() if _from_trl(type(v)) and _holds(v, adapter)), None)
@@ -136,6 +136,18 @@ def place(adapter: Any, row: Mapping[str, Any]) -> Place:
     if inside is not None:
         return Place(None, inside, "this environment is not among the trainer's batch environments")
     return Place(None)
+
+
+def _method(code: Any) -> bool:
+    """A method's frame (its first argument is `self`): one whose locals may be read (see place())."""
+    return bool(code.co_argcount) and code.co_varnames[0] == "self"
+
+
+def _group_size(trainer: Any) -> Any:
+    """The GRPO group size of the batch being rolled out: evaluation has its own, when set."""
+    if trainer.model.training:
+        return trainer.num_generations
+    return getattr(trainer, "num_generations_eval", trainer.num_generations)
 
 
 def _from_trl(cls: type) -> bool:
@@ -187,7 +199,7 @@ def _read(trainer: Any, adapter: Any, row: Mapping[str, Any], frames: list[Any],
         return Place(None, where, "the batch's rows are not on the stack")
     _last = (weakref.ref(trainer), id(adapters), rows)
     training = bool(trainer.model.training)
-    group = trainer.num_generations if training else getattr(trainer, "num_generations_eval", trainer.num_generations)
+    group = _group_size(trainer)
     rank, world = trainer.accelerator.process_index, trainer.accelerator.num_processes
     if not isinstance(group, int) or group < 1 or (world * len(rows)) % group:
         return Place(None, where, f"a batch of {world} x {len(rows)} rollouts does not split into groups of {group}")
@@ -278,7 +290,7 @@ def trainer_of(callback: Any) -> Any | None:
     for _ in range(_DEPTH):
         if frame is None:
             return None
-        owner = frame.f_locals.get("self") if frame.f_code.co_varnames[:1] == ("self",) else None
+        owner = frame.f_locals.get("self") if _method(frame.f_code) else None
         handler = getattr(owner, "callback_handler", None)
         if any(c is callback for c in getattr(handler, "callbacks", ())):
             return owner
@@ -293,14 +305,11 @@ def group_layout(environments: Sequence[Any]) -> tuple[int, int]:
     for _ in range(_DEPTH):
         if frame is None:
             break
-        code = frame.f_code  # only methods' frames are read (see place())
-        trainer = frame.f_locals.get("self") if code.co_argcount and code.co_varnames[0] == "self" else None
+        trainer = frame.f_locals.get("self") if _method(frame.f_code) else None
         if trainer is not None and _from_trl(type(trainer)) and getattr(trainer, "environments", None) is environments:
             if not all(_has(trainer, path) for path in NEEDS):
                 break
-            training = bool(trainer.model.training)
-            group = trainer.num_generations if training else getattr(trainer, "num_generations_eval",
-                                                                     trainer.num_generations)
+            group = _group_size(trainer)
             rank = trainer.accelerator.process_index
             return int(group), (rank * len(environments)) % int(group)
         frame = frame.f_back
