@@ -80,3 +80,13 @@ def test_unwritable_output(echo_server, tmp_path, existing):
 def test_bad_class_name(echo_server, existing):
     result = orsgen(echo_server.url, "--class-name", "not-valid", "-o", str(existing))
     assert_failed(result, existing, "not a public Python identifier")
+
+
+
+@pytest.mark.parametrize(("stem", "fix"), [("bad-name", "bad_name"), ("class", "class_")])  # `import class` fails too
+def test_output_that_cannot_be_imported(tmp_path, stem, fix):
+    out = tmp_path / f"{stem}.py"
+    result = orsgen(f"http://127.0.0.1:{free_port()}", "-o", str(out))  # refused before any request
+    assert result.returncode == 2 and not out.exists()
+    assert result.stderr.strip().splitlines() == [
+        f"orsgen: error: {out}: {stem!r} is not an importable module name (use {fix}.py)"]

@@ -75,9 +75,10 @@ def run(job: Job, mode: Mode) -> tuple[int, model.Adapter | None]:
 
 def validate(job: Job) -> None:
     """Input that cannot be right, refused before any request."""
-    if job.output.suffix == ".py" and not job.output.stem.isidentifier():
-        fix = naming.identifier(job.output.stem, fallback="adapter")
-        raise OrsgenError(f"{job.output}: {job.output.stem!r} is not an importable module name (use {fix}.py)")
+    stem = job.output.stem
+    if job.output.suffix == ".py" and (not stem.isidentifier() or keyword.iskeyword(stem)):  # `import class` fails
+        fix = naming.identifier(stem, fallback="adapter")
+        raise OrsgenError(f"{job.output}: {stem!r} is not an importable module name (use {fix}.py)")
     if job.templates is not None:
         check_templates(job.templates)
 
