@@ -1,7 +1,9 @@
 """The few ORS endpoints the generator reads, spoken with urllib (docs: ors-protocol.md, SDK 0.1.167).
 
 Importing the openreward SDK costs seconds (its package init imports model providers' types); generation needs a
-few small endpoints, so it speaks them itself. tests/test_wire.py holds what it reads to what the SDK reads.
+few small endpoints, so it speaks them itself, failing as the SDK's env-server client fails (`Retry`) and sending
+what it sends. tests/test_wire.py holds what it reads to what the SDK reads; tests/test_wire_semantics.py its
+failures and its requests, against a recording stub.
 """
 
 import base64
