@@ -15,6 +15,9 @@ os.environ.setdefault("PYTHONPATH", str(ROOT))  # the server subprocesses import
 os.environ.setdefault("OPENREWARD_DISABLE_UPDATE_CHECK", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+# The CLI waits between attempts as the SDK does (a refused server: 1 s, then 2 s); tests of unreachable servers wait
+# a twentieth of that. tests/test_wire_semantics.py sets it back to 1 where the waits themselves are under test.
+os.environ.setdefault("ORSGEN_WIRE_BACKOFF_SCALE", "0.05")
 
 
 @pytest.fixture(scope="session")

@@ -57,7 +57,8 @@ def test_the_platform_session_server_is_the_sdks(monkeypatch, settings):
 
 def test_a_catalog_target_is_generated_without_the_sdk_and_runs(quest, tmp_path):
     """The platform stands in as the local server (OPENREWARD_SESSION_URL): env-level requests carry throwaway
-    session ids, as the SDK sends them to the platform, and the module pins no URL."""
+    session ids, as the SDK sends them to the platform, and the module pins no URL and, without --env, no path
+    segment: bare paths, the deployment's default environment, as the SDK's `environments.get(name)` sends them."""
     out = tmp_path / "catalog.py"
     env = {**os.environ, "OPENREWARD_API_KEY": "k", "OPENREWARD_SESSION_URL": quest.url}
     run = subprocess.run([sys.executable, "-X", "importtime", "-m", "orsgen", "someone/quest", "--task-tools-from",
@@ -67,7 +68,7 @@ def test_a_catalog_target_is_generated_without_the_sdk_and_runs(quest, tmp_path)
     assert "import time:" in run.stderr and "openreward" not in run.stderr
     assert "class Quest, 1 tools (guess); class QuestWithHint adds hint" in run.stdout
     script = ("import sys; sys.path.insert(0, sys.argv[1]); import catalog; "
-              "assert (catalog.URL, catalog.DEPLOYMENT, catalog.ENV) == (None, 'someone/quest', 'quest'); "
+              "assert (catalog.URL, catalog.DEPLOYMENT, catalog.ENV) == (None, 'someone/quest', None); "
               "env = catalog.QuestWithHint(); print(env.reset(task_index=3)); print(env.hint(level=2)); "
               "print(len(catalog.dataset())); catalog.close_all()")
     used = subprocess.run([sys.executable, "-c", script, str(tmp_path)], check=False, capture_output=True, text=True,

@@ -110,15 +110,10 @@ def _from_catalog(name: str, env: str | None, probe: Probe) -> tuple[Source, dic
     api_key = os.environ.get("OPENREWARD_API_KEY", "")
     if not api_key:
         raise OrsgenError(f"{name} is a catalog name: set OPENREWARD_API_KEY (it is used, never stored)")
-    server = wire.Server(wire.platform_sessions(), deployment=name, env=None, api_key=api_key, secrets=probe.secrets,
+    # No `--env`: bare paths, the deployment's default environment, as the SDK's `environments.get(name)` (variant
+    # None) and the module's runtime then send them; nothing is asked without a session id to choose a path.
+    server = wire.Server(wire.platform_sessions(), deployment=name, env=env, api_key=api_key, secrets=probe.secrets,
                          platform=True)
-    if env is None:
-        try:
-            envs = server.request("GET", "/list_environments")
-            env = envs[0] if isinstance(envs, list) and envs and isinstance(envs[0], str) else None
-        except OrsgenError:
-            env = None  # the platform routes by deployment; requests then use bare paths
-    server.env = env
     source = Source(target=name, url=None, deployment=name, env=env, name=name.split("/", 1)[1], split="train",
                     build=_build(server))
     return _with_tools(source, server, probe)
@@ -241,9 +236,12 @@ def _default_split(splits: Any) -> str:
 
 
 def _build(server: wire.Server) -> str | None:
-    """The server's build id, where it reports one (`OPENREWARD_BUILD_SHA` on the server): None otherwise."""
+    """The server's build id, where it reports one (`OPENREWARD_BUILD_SHA` on the server): None otherwise. A server
+    that cannot be reached is not one that reports none: that fails here, once."""
     try:
-        found = server.request("GET", "/version", deployment=bool(server.deployment))
+        found = server.version()
+    except wire.Unreachable:
+        raise
     except OrsgenError:
         return None
     sha = found.get("build_sha") if isinstance(found, dict) else None

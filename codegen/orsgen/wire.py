@@ -1,11 +1,14 @@
 """The few ORS endpoints the generator reads, spoken with urllib (docs: ors-protocol.md, SDK 0.1.167).
 
 Importing the openreward SDK costs seconds (its package init imports model providers' types); generation needs a
-few small endpoints, so it speaks them itself. tests/test_wire.py holds what it reads to what the SDK reads.
+few small endpoints, so it speaks them itself, failing as the SDK's env-server client fails (`Retry`) and sending
+what it sends. tests/test_wire.py holds what it reads to what the SDK reads; tests/test_wire_semantics.py its
+failures and its requests, against a recording stub.
 """
 
 import base64
 import contextlib
+import http.client
 import json
 import os
 import time
@@ -21,8 +24,17 @@ from orsgen.errors import OrsgenError
 
 TIMEOUT = 10.0  # per request; opening a session may run the environment's constructor: SESSION_TIMEOUT
 SESSION_TIMEOUT = 60.0
-RETRIED = (429, 502, 503, 504)  # as the SDK's env-server policy: the server is busy or starting
-ATTEMPTS = 3
+# The SDK's env-server retry policy (openreward/api/_session/http.py): these statuses and every transport error
+# (refused, reset, timed out, cut off mid-body) are retried; others are the answer.
+RETRIED = (429, 502, 503, 504)
+ATTEMPTS = 3  # a plain request: request_retryable's 3 attempts, waits 1, 2 s (exponential, capped at WAIT_CAP)
+SSE_ATTEMPTS = 4  # an SSE request (/create_session): resumable_sse's max_retries=3, waits 0.5, 1, 2 s
+WAIT_CAP = 10.0  # a Retry-After in seconds is honoured up to this
+# A deployment the platform reports as still starting (503 + X-Backend-State: starting) is ridden out this long
+# from the first attempt, as the SDK does (_STARTING_RIDE_OUT_S, OPENREWARD_STARTING_RIDE_OUT_S): bring-up under an
+# autoscale ramp takes minutes. ORSGEN_WIRE_STARTING_BUDGET overrides it (tests shrink it).
+STARTING_BUDGET = 600.0
+MAX_REDIRECTS = 10  # aiohttp's default: a redirect loop ends in one line
 USER_AGENT = "orsgen"
 
 
@@ -59,6 +71,11 @@ class Server:
         found = self._env_level("POST", self.path("/task_range"), {"split": split})
         return list(found["tasks"])
 
+    def version(self) -> Any:
+        """`GET /version` (its `build_sha`); on the platform inside a throwaway session, as every request there is
+        sent with one (the SDK reads it as `session.version()`, in a session)."""
+        return self._env_level("GET", "/version")
+
     def task_tools(self, split: str, index: int) -> Any:
         """The tools one task advertises: a session opened on it (`/task_tools` does not wait for its setup)."""
         sid = self._create_session(secrets=True)
@@ -89,59 +106,99 @@ class Server:
                 self.request("POST", "/delete_session", sid=sid, deployment=False)
 
     def _create_session(self, secrets: bool) -> str:
-        """`POST /create_session`: the session id, from its SSE `task_id` event (or a JSON `sid`)."""
-        raw = self.request("POST", "/create_session", {}, secrets=secrets, sse=True, timeout=SESSION_TIMEOUT)
-        event = None
-        for line in raw.splitlines():
-            name, _, value = line.partition(":")
-            value = value.removeprefix(" ")
-            if name == "event":
-                event = value
-            elif name == "data" and event == "task_id" and value.strip():
-                return value.strip()
-            elif name == "data" and value.strip().startswith("{"):
-                sid = json.loads(value).get("sid")
-                if isinstance(sid, str) and sid:
-                    return sid
+        """`POST /create_session`: the session id, as the SDK reads it: the `sid` of the `end` event's JSON, else
+        the stream's `task_id` event."""
+        events = self.request("POST", "/create_session", {}, secrets=secrets, sse=True, timeout=SESSION_TIMEOUT)
+        with contextlib.suppress(ValueError, AttributeError):
+            sid = json.loads(events["end"]).get("sid") if events["end"].strip() else None
+            if isinstance(sid, str) and sid:
+                return sid
+        task_id = events.get("task_id", "").strip()
+        if task_id:
+            return task_id
         raise OrsgenError(f"{self.base}/create_session gave no session id")
 
     def request(self, method: str, path: str, body: Any = None, *, sid: str | None = None, secrets: bool = False,
                 sse: bool = False, deployment: bool = True, timeout: float = TIMEOUT) -> Any:
-        """One request, JSON in and out (SSE: the text), retried like the SDK's on 429/502/503/504, following the
-        server's 307/308 redirect to its default environment. Errors: one line, without any secret."""
-        headers = {"User-Agent": USER_AGENT, "X-API-Key": self.api_key,
-                   "Accept": "text/event-stream" if sse else "application/json"}
-        if deployment:
-            headers["X-Deployment"] = self.deployment
+        """One request, JSON in and out (SSE: its events), failing as the SDK's env-server client does (`Retry`),
+        following 307/308 redirects (at most MAX_REDIRECTS). Errors: one line, without any secret."""
+        headers = self._headers(sid=sid, secrets=secrets, sse=sse, deployment=deployment)
+        payload = body
+        retry = Retry(sse)
+        while True:
+            where = [f"{self.base}{path}"]  # each attempt from the start, its redirects too, as the SDK's
+            try:
+                return self._attempt(method, where, payload, headers, timeout, sse)
+            except urllib.error.HTTPError as exc:
+                failure = self._http_failure(exc, where[-1])
+            except _SSEError as exc:
+                raise OrsgenError(self.scrub(f"{where[-1]}: the server answered with an error event: {exc}")[:300]) from None
+            except (urllib.error.URLError, http.client.HTTPException, OSError) as exc:
+                failure = self._transport_failure(exc, where[-1])
+                if sse and failure.task_id:  # resumed, as the SDK resumes a stream it had the task id of
+                    payload = {**(body or {}), "task_id": failure.task_id}
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                raise OrsgenError(f"{where[-1]} did not answer with JSON") from None
+            wait = retry.after(failure)
+            if wait is None:
+                raise retry.final(failure) from None
+            time.sleep(wait)
+
+    def _attempt(self, method: str, where: list[str], payload: Any, headers: dict[str, str], timeout: float,
+                 sse: bool) -> Any:
+        """One attempt, following 307/308 redirects (method and body kept) up to MAX_REDIRECTS; `where` gets each
+        URL asked, so a failure names the one that failed."""
+        data = None if payload is None else json.dumps(payload).encode()
+        url = where[-1]
+        for _ in range(MAX_REDIRECTS + 1):
+            request = urllib.request.Request(url, data=data, headers=headers, method=method)
+            if data is not None:
+                request.add_header("Content-Type", "application/json")
+            elif method == "POST":  # what aiohttp sends with an empty POST, so both clients look the same
+                request.add_header("Content-Type", "application/octet-stream")
+            try:
+                return _send(request, timeout, sse)
+            except urllib.error.HTTPError as exc:
+                if exc.code not in (307, 308) or not exc.headers.get("Location"):
+                    raise
+                url = urllib.parse.urljoin(url, exc.headers["Location"])
+                where.append(url)
+        raise Unreachable(self.scrub(f"{where[0]}: more than {MAX_REDIRECTS} redirects, to {url} (a redirect loop)"), 308)
+
+    def _headers(self, *, sid: str | None, secrets: bool, sse: bool, deployment: bool) -> dict[str, str]:
+        """The SDK's headers: an SSE request names its stream and carries X-API-Key only when there is a key."""
+        headers = {"User-Agent": USER_AGENT, "Accept": "text/event-stream" if sse else "*/*"}
+        if self.api_key or not sse:
+            headers["X-API-Key"] = self.api_key
         if sid:
             headers["X-Session-ID"] = sid
+        if deployment and self.deployment:
+            headers["X-Deployment"] = self.deployment
         if secrets:
             headers["X-Secrets"] = secrets_header(self.secrets, self.api_key, self.base)
-        data = None if body is None else json.dumps(body).encode()
-        if data is not None:
-            headers["Content-Type"] = "application/json"
-        url = f"{self.base}{path}"
-        for attempt in range(ATTEMPTS):
-            try:
-                return _send(urllib.request.Request(url, data=data, headers=headers, method=method), timeout, sse)
-            except urllib.error.HTTPError as exc:
-                if exc.code in (307, 308) and exc.headers.get("Location"):
-                    url = urllib.parse.urljoin(url, exc.headers["Location"])
-                    continue
-                detail = _detail(exc)
-                if exc.code in RETRIED and attempt + 1 < ATTEMPTS:
-                    time.sleep(_retry_after(exc) or float(2**attempt))
-                    continue
-                raise HTTPStatusError(self.scrub(f"{url} answered HTTP {exc.code}{': ' + detail if detail else ''}"),
-                                      exc.code) from None
-            except (urllib.error.URLError, OSError) as exc:
-                reason = getattr(exc, "reason", exc)
-                if isinstance(reason, ConnectionRefusedError):
-                    reason = "connection refused: is the server running, on this port?"
-                raise OrsgenError(self.scrub(f"cannot reach ORS server at {self.base}: {reason}")) from None
-            except (json.JSONDecodeError, UnicodeDecodeError):
-                raise OrsgenError(f"{url} did not answer with JSON") from None
-        raise OrsgenError(f"{url}: still busy after {ATTEMPTS} attempts")
+        return headers
+
+    def _http_failure(self, exc: urllib.error.HTTPError, url: str) -> "Failure":
+        detail = _detail(exc)
+        error = HTTPStatusError(self.scrub(f"{url} answered HTTP {exc.code}{': ' + detail if detail else ''}"), exc.code)
+        retry_after = (exc.headers.get("Retry-After") or "").strip()
+        return Failure(error, retried=exc.code in RETRIED, starting=exc.headers.get("X-Backend-State") == "starting",
+                       retry_after=float(retry_after) if retry_after.isdigit() else None)  # the SDK's parse
+
+    def _transport_failure(self, exc: BaseException, url: str) -> "Failure":
+        """A request that got no whole answer: refused, reset, timed out, or cut off mid-body."""
+        if isinstance(exc, http.client.IncompleteRead):
+            task_id = _sse_events(exc.partial.decode("utf-8", "replace")).get("task_id")
+            text = f"{url}: the answer was cut off ({len(exc.partial)} bytes read, {exc.expected} more expected)"
+            return Failure(OrsgenError(self.scrub(text)), task_id=task_id)
+        reason = getattr(exc, "reason", exc) if isinstance(exc, urllib.error.URLError) else exc
+        if isinstance(reason, ConnectionRefusedError):
+            text = f"cannot reach ORS server at {self.base}: connection refused: is the server running, on this port?"
+        elif isinstance(exc, (http.client.HTTPException, ConnectionResetError)) and not isinstance(exc, TimeoutError):
+            text = f"{url}: the server dropped the connection ({type(exc).__name__}: {exc})"
+        else:
+            text = f"cannot reach ORS server at {self.base}: {reason}"
+        return Failure(OrsgenError(self.scrub(text)))
 
     def scrub(self, text: str) -> str:
         """Text without the API key or any secret's value, should a server echo one."""
@@ -149,6 +206,75 @@ class Server:
             if value:
                 text = text.replace(value, "***")
         return text
+
+
+def starting_budget() -> float:
+    """Seconds a starting deployment is waited for: ORSGEN_WIRE_STARTING_BUDGET, else the SDK's
+    OPENREWARD_STARTING_RIDE_OUT_S, else STARTING_BUDGET (read when used)."""
+    for name in ("ORSGEN_WIRE_STARTING_BUDGET", "OPENREWARD_STARTING_RIDE_OUT_S"):
+        with contextlib.suppress(KeyError, ValueError):
+            return float(os.environ[name])
+    return STARTING_BUDGET
+
+
+def backoff_scale() -> float:
+    """ORSGEN_WIRE_BACKOFF_SCALE (default 1) multiplies every wait between attempts: tests shorten them with it."""
+    try:
+        return max(0.0, float(os.environ.get("ORSGEN_WIRE_BACKOFF_SCALE", "1")))
+    except ValueError:
+        return 1.0
+
+
+@dataclass
+class Failure:
+    """One failed attempt: what is raised if it is the last, and what the retry policy reads of it."""
+
+    error: OrsgenError
+    retried: bool = True  # the SDK retries it (a retried status, or a transport error)
+    starting: bool = False  # 503 with X-Backend-State: starting
+    retry_after: float | None = None
+    task_id: str | None = None  # an SSE stream cut off after its task id: the next attempt resumes it
+
+
+class Retry:
+    """The SDK's env-server policy, as request_retryable (plain) and resumable_sse (SSE) implement it: a retried
+    failure is retried up to ATTEMPTS (SSE_ATTEMPTS) attempts, after a Retry-After in seconds (capped at WAIT_CAP)
+    or an exponential wait; a deployment still starting, until starting_budget() has passed since the first attempt.
+    Unlike resumable_sse, whose count restarts at every 200, a stream cut off every time ends too."""
+
+    def __init__(self, sse: bool) -> None:
+        self.sse = sse
+        self.failures = 0
+        self.started = time.monotonic()
+
+    def after(self, failure: Failure) -> float | None:
+        """Seconds to wait before the next attempt, or None: `final(failure)` is the answer."""
+        self.failures += 1
+        if not failure.retried:
+            return None
+        if failure.starting:
+            if time.monotonic() - self.started >= starting_budget():
+                return None
+        elif self.failures >= (SSE_ATTEMPTS if self.sse else ATTEMPTS):
+            return None
+        if failure.retry_after is not None:
+            wait = min(failure.retry_after, WAIT_CAP)
+        elif self.sse:
+            wait = min(WAIT_CAP, 0.5 * 2 ** (self.failures - 1))
+        else:  # tenacity's wait_exponential(multiplier=1, min=1, max=10)
+            wait = min(max(1.0, 2.0 ** (self.failures - 1)), WAIT_CAP)
+        return wait * backoff_scale()
+
+    def final(self, failure: Failure) -> OrsgenError:
+        """The one line a failure ends with: how long or how often it was retried."""
+        if not failure.retried:
+            return failure.error
+        if failure.starting:
+            text = (f"{failure.error}: the deployment was still starting after {time.monotonic() - self.started:.0f} s"
+                    f" (orsgen waits {starting_budget():g} s, as the SDK does; ORSGEN_WIRE_STARTING_BUDGET sets it)")
+        else:
+            text = f"{failure.error} ({self.failures} attempts)"
+        return Unreachable(text, failure.error.status if isinstance(failure.error, HTTPStatusError) else 0)
 
 
 def platform_sessions() -> str:
@@ -167,21 +293,79 @@ class HTTPStatusError(OrsgenError):
         self.status = status
 
 
+class Unreachable(HTTPStatusError):
+    """Retried as the SDK retries, still failing: the server is down, busy, starting, cuts its answers off or loops
+    its redirects (`status`: the last HTTP status, 0 for a transport error)."""
+
+
 def secrets_header(secrets: Mapping[str, str], api_key: str, base: str) -> str:
     """X-Secrets as the SDK builds it: base64 of {name: {value, allowed_domains}}, with the API key added as the
-    secrets `api_key` and `OPENREWARD_API_KEY` (replacing any of those names, as the SDK does). Generation only
-    lists tools, so the user's secrets get no allowed domain: a sandbox cannot send them anywhere."""
+    secrets `api_key` and `OPENREWARD_API_KEY` (replacing any of those names), allowed the domains the SDK allows
+    it (`api_key_domains`). Generation only lists tools, so the user's secrets get no allowed domain: a sandbox
+    cannot send them anywhere."""
     payload: dict[str, Any] = {name: {"value": value, "allowed_domains": []} for name, value in secrets.items()}
-    host = urllib.parse.urlparse(base).hostname
+    domains = api_key_domains(base)
     for name in ("api_key", "OPENREWARD_API_KEY"):
-        payload[name] = {"value": api_key, "allowed_domains": [host] if host else []}
+        payload[name] = {"value": api_key, "allowed_domains": domains}
     return base64.b64encode(json.dumps(payload).encode()).decode()
 
 
+def api_key_domains(base: str) -> list[str]:
+    """Where a sandbox may send the API key, as the SDK's `augment_secrets_with_api_key` lists it: the session
+    server's host and the platform API's (`OpenReward().base_url`: OPENREWARD_API_URL, else `api.` + the host of
+    OPENREWARD_URL), the first-party search service's (OPENREWARD_WEB_SEARCH_URL, _FETCH_URL), then the
+    `<first label>.openreward.internal` of each host with three labels or more."""
+    web = urllib.parse.urlparse(os.environ.get("OPENREWARD_URL", "https://openreward.ai"))
+    api = os.environ.get("OPENREWARD_API_URL") or urllib.parse.urlunparse(web._replace(netloc=f"api.{web.netloc}"))
+    domains: list[str] = []
+    for url in (base, api):
+        host = urllib.parse.urlparse(url).hostname
+        if host:
+            domains.append(host)
+    for name, default in (("OPENREWARD_WEB_SEARCH_URL", "https://search.openreward.ai/search"),
+                          ("OPENREWARD_WEB_FETCH_URL", "https://search.openreward.ai/fetch")):
+        host = urllib.parse.urlparse(os.environ.get(name, default)).hostname
+        if host and host not in domains:
+            domains.append(host)
+    return domains + [f"{host.split('.')[0]}.openreward.internal" for host in domains if len(host.split(".")) >= 3]
+
+
 def _send(request: urllib.request.Request, timeout: float, sse: bool) -> Any:
+    """The answer: JSON, or an SSE stream's events (name -> data) once its `end` event arrived."""
     with _OPENER.open(request, timeout=timeout) as response:
         raw = response.read()
-    return raw.decode("utf-8") if sse else normalize.loads(raw, request.full_url)
+    if not sse:
+        return normalize.loads(raw, request.full_url)
+    events = _sse_events(raw.decode("utf-8", "replace"))
+    if "error" in events:
+        raise _SSEError(" ".join(events["error"].split())[:200] or "unknown error")
+    if "end" not in events:  # the SDK's "Stream ended unexpectedly": retried, resuming from the task id
+        raise http.client.IncompleteRead(raw)
+    return events
+
+
+def _sse_events(text: str) -> dict[str, str]:
+    """Server-sent events as the SDK parses them: an event is dispatched at its blank line (a stream cut off before
+    it has not sent it); the last data of each name."""
+    events: dict[str, str] = {}
+    event: str | None = None
+    data: list[str] = []
+    for line in text.splitlines():
+        if not line:
+            if event:
+                events[event] = "\n".join(data)
+            event, data = None, []
+        elif not line.startswith(":") and ":" in line:
+            name, value = line.split(":", 1)
+            if name == "event":
+                event = value.lstrip()
+            elif name == "data":
+                data.append(value.lstrip())
+    return events
+
+
+class _SSEError(Exception):
+    """The stream's `error` event: the server's answer, not retried."""
 
 
 def _detail(exc: urllib.error.HTTPError) -> str:
@@ -192,13 +376,6 @@ def _detail(exc: urllib.error.HTTPError) -> str:
         return ""
     text = " ".join(str(detail).split()) if detail else ""
     return text if len(text) <= 200 else text[:197] + "..."
-
-
-def _retry_after(exc: urllib.error.HTTPError) -> float | None:
-    try:
-        return min(float(exc.headers.get("Retry-After", "")), 10.0)
-    except ValueError:
-        return None
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
