@@ -137,7 +137,7 @@ def test_max_start_failures_in_a_row_raise(flaky, caplog):
     caplog.set_level(logging.WARNING, logger="orsgen")
 
     class Twice(mod.Flaky):
-        max_start_failures, start_retries = 2, 0
+        max_start_failures, start_retries, down_after = 2, 0, 0  # no wait: the count alone decides
 
     env = Twice()
     env.reset(task_index=NORMAL)  # a start that works resets the count, whatever ran before in this process

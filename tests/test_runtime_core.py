@@ -73,7 +73,7 @@ def test_start_failures_in_a_row_are_counted_per_environment(two_environments):
     flaky, echo, _ = two_environments
 
     class Twice(flaky.Flaky):
-        max_start_failures, start_retries = 2, 0
+        max_start_failures, start_retries, down_after = 2, 0, 0
 
     env, other = Twice(), echo.Echo()
     env.reset(task_index=NORMAL)

@@ -181,7 +181,7 @@ def test_a_renamed_generation_method_still_gets_its_groups_right(served, tmp_pat
 PUBLIC_API_1 = {
     "functions": {"reset", "get_reward"},
     "attributes": {"pinned", "open_in_background", "task_seed", "unscored_reward", "start_failures", "start_retries",
-                   "max_start_failures", "open_ahead", "reward", "rewards", "metadata", "finished", "last_output",
+                   "max_start_failures", "down_after", "open_ahead", "reward", "rewards", "metadata", "finished", "last_output",
                    "task_index", "prompt_mismatch"},
 }
 

@@ -123,7 +123,10 @@ class Adapter:
     unscored_reward: ClassVar[float | None] = None  # what get_reward() gives an episode no tool scored
     start_failures: ClassVar[str] = "skip"  # "skip": an episode that cannot start is unscored; "raise": reset raises
     start_retries: ClassVar[int] = 2  # further attempts at a start that failed for a transient reason
-    max_start_failures: ClassVar[int] = 8  # tasks in a row that could not start before the run is stopped
+    # The run stops when no start has worked for `down_after` seconds (from the first failure, after its retries)
+    # and at least `max_start_failures` tasks failed in a row: a server restart shorter than that ends nothing.
+    down_after: ClassVar[float] = 300.0
+    max_start_failures: ClassVar[int] = 8
     # True: a batch's first reset opens the rest of the batch's sessions (ahead.py); "next-step": with environment-
     # owned data, it also opens the next step's, once the batch's are open; False: every reset opens its own.
     open_ahead: ClassVar[bool | str] = True
@@ -148,6 +151,11 @@ class Adapter:
     ) -> None:
         self._url = url
         self._split = self._episode_split = split or self.pinned.split
+        if split is not None:  # refused here, not as every episode going unscored
+            self.pinned.refuse_split(split, f"{type(self).__name__}(split={split!r})")
+        refused = client.refused_secret(secrets)
+        if refused is not None:
+            raise ValueError(f"{type(self).__name__}(secrets=...): {refused}")
         self._api_key = api_key
         self._secrets = secrets
         for name in client.replaced_secrets(secrets):
@@ -161,6 +169,7 @@ class Adapter:
         self._opening: concurrent.futures.Future[tuple[AsyncSession, Any]] | None = None  # open_in_background
         self._expected: str | None = None  # the prompt returned while the session opens in the background
         self._void: str | None = None  # why this episode cannot be scored (it did not start, its prompt was stale)
+        self._gone: tuple[AsyncSession, str] | None = None  # a session the environment ended, and why
         self._reward_claimed = False
         self._in_batch = False  # the last reset was placed in a trainer's batch
         self._stream: str | None = None  # "train"/"eval": the trainer batch of this episode (hooks, metrics)
@@ -369,9 +378,9 @@ class Adapter:
         limit = client.timeout("reset")
         retries = self.start_retries if retries is None else retries
         for attempt in range(retries + 1):
-            session = self._session_for(env, split, index)
-            began = time.perf_counter()
+            began, session = time.perf_counter(), None
             try:
+                session = self._session_for(env, split, index)  # may refuse before any request: reported too
                 if self._check_drift:  # once per process and server
                     await self.pinned.check_drift(env, self._url)
                 await asyncio.wait_for(session.__aenter__(), limit)
@@ -382,7 +391,8 @@ class Adapter:
                 raise
             except Exception as exc:
                 with contextlib.suppress(Exception):  # a session the server half-opened is closed too
-                    await asyncio.wait_for(session.__aexit__(None, None, None), client.timeout("close"))
+                    if session is not None:
+                        await asyncio.wait_for(session.__aexit__(None, None, None), client.timeout("close"))
                 if isinstance(exc, asyncio.TimeoutError):
                     exc = TimeoutError(f"no answer within {limit:g}s (ORSGEN_RESET_TIMEOUT)")
                 self._emit_open(split, index, attempt, began, exc)
@@ -413,7 +423,7 @@ class Adapter:
         """Void the episode (or raise, as configured); the prompt the trainer gets for a task that did not start."""
         self.pinned.check_server(self._url, exc)  # a 404 from a server without the environment: WrongServer
         reason = client.describe(exc)
-        in_a_row = self.pinned.failures.failed((split, index), self._in_batch)
+        in_a_row, down_for = self.pinned.failures.failed((split, index), self._in_batch)
         where = f"{type(self).__name__}: task {index} of split {split!r}"
         if client.status(exc) == 429:
             raise StartError(f"{where}: the environment is at capacity after {self.start_retries + 1} attempts "
@@ -421,12 +431,20 @@ class Adapter:
                              "max_inflight_tasks) or raise the environment's capacity") from None
         if self.start_failures == "raise":
             raise StartError(f"{where} could not start: {reason}") from None
-        if in_a_row >= self.max_start_failures:
-            raise StartError(f"{in_a_row} episodes in a row could not start (the environment looks down); last, "
-                             f"{where}: {reason}") from None
+        down_after = self._down_after()
+        if in_a_row >= self.max_start_failures and down_for >= down_after:
+            raise StartError(f"{in_a_row} episodes in a row could not start and none has started for {down_for:.0f}s "
+                             f"(down_after = {down_after:g}): the environment looks down; last, {where}: {reason}"
+                             ) from None
         log.warning("orsgen: %s could not start, the episode is unscored: %s", where, reason)
         self._void = f"task {index} could not start ({reason})"
         return f"(task {index} could not start: this episode is not scored)"
+
+    def _down_after(self) -> float:
+        """`down_after`, or its default where a tool of that name shadows it (a module generated before the setting
+        existed: newer ones rename such a tool)."""
+        value = self.down_after
+        return float(value) if isinstance(value, (int, float)) else Adapter.down_after
 
     # -- tool calls ----------------------------------------------------------------------------------------------
 
@@ -439,7 +457,7 @@ class Adapter:
             try:
                 result.append(self._record(client.loop().run(session.call_tool(name, _payload(arguments)), "tool")))
             except _failures_types() as exc:
-                raise _tool_error(name, exc) from None
+                raise self._failed(name, session, exc) from None
         return result[0]
 
     async def _acall(self, name: str, arguments: dict[str, Any]) -> str:
@@ -460,7 +478,7 @@ class Adapter:
             except TimeoutError:
                 raise ToolError(f"{name} failed: no answer within {limit:g}s (ORSGEN_TOOL_TIMEOUT)") from None
             except _failures_types() as exc:
-                raise _tool_error(name, exc) from None
+                raise self._failed(name, session, exc) from None
         return result[0]
 
     @contextlib.contextmanager
@@ -500,7 +518,21 @@ class Adapter:
             raise ToolError(f"{name}: this episode is not scored: {self._void}")
         if session is None:
             raise ToolError(f"{name}: no episode is open (reset() was not called)")
+        if self._gone is not None and self._gone[0] is session:  # the SDK would refuse it without asking the server
+            raise ToolError(f"{name}: the environment ended this episode's session ({self._gone[1]}): the episode is "
+                            "over")
         return session
+
+    def _failed(self, name: str, session: AsyncSession, exc: BaseException) -> ToolError:
+        """The ToolError of a failed call. A tool that raised, or a session the server dropped, ends the session
+        (the SDK closes it and refuses every later call): the episode is then finished, and says so."""
+        from openreward.api.errors import SessionTerminatedError, ToolFailed
+
+        error = _tool_error(name, exc)
+        if not isinstance(exc, (ToolFailed, SessionTerminatedError)):
+            return error
+        self._gone, self.finished = (session, str(error)), True
+        return ToolError(_short(f"{error}; the environment ended the session: the episode is over"))
 
     def _record(self, output: Any) -> Any:
         self.last_output = output
@@ -601,6 +633,8 @@ def _payload(arguments: dict[str, Any]) -> dict[str, Any]:
 _FIELD = re.compile(r"""'loc':\s*\((?P<loc>[^()]*)\),\s*'msg':\s*(?P<msg>'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")""")
 # The same in pydantic's ValidationError text: "field\n  message [type=..., input_value=...]".
 _TEXT_FIELD = re.compile(r"^(?P<loc>[^\s\[][^\n]*)\n[ \t]+(?P<msg>[^\n\[]+?)\s*\[type=", re.MULTILINE)
+# The SDK's session context in its errors' text: "(environment session sid=...)", "session terminated (sid='...')".
+_SID = re.compile(r"\s*\((?:(?:environment|sandbox) session )?sid=[^()]*\)")
 _URL = re.compile(r"\s*(?:for further information visit\s*)?\(?(?:https?://|www\.)\S+", re.IGNORECASE)
 MAX_FIELDS, MAX_FIELD, MAX_ERROR = 6, 160, 400  # what a model is shown of a failed call, at most
 
@@ -633,8 +667,9 @@ def _literal(text: str) -> str:
 
 
 def _short(text: str, limit: int = MAX_ERROR) -> str:
-    """One line without URLs, at most `limit` characters."""
-    line = " ".join(_URL.sub("", " ".join(text[: limit * 50].split())).split())  # spaces first: the pattern stays linear
+    """One line without URLs or the SDK's session ids, at most `limit` characters."""
+    line = " ".join(text[: limit * 50].split())  # spaces first: the patterns stay linear
+    line = " ".join(_SID.sub("", _URL.sub("", line)).split())
     return line if len(line) <= limit else line[: limit - 3].rstrip() + "..."
 
 

@@ -83,6 +83,27 @@ def replaced_secrets(secrets: Any) -> list[str]:
     return [n for n in ("api_key", "OPENREWARD_API_KEY") if secrets and n in secrets]
 
 
+def refused_secret(secrets: Any) -> str | None:
+    """Why the SDK would refuse these secrets at every session it opens (one line), or None. A string value is sent
+    only to the domains the SDK lists for its name (WELL_KNOWN_SECRETS); any other name needs domains of its own."""
+    if not secrets:
+        return None
+    from openreward.api.sandboxes.secrets import WELL_KNOWN_SECRETS
+
+    fix = "pass secrets={%r: (value, ['api.example.com'])}, naming the domains the environment may send it to"
+    for name, value in secrets.items():
+        if name in replaced_secrets(secrets):
+            continue  # the SDK puts the API key there, whatever was given (warned about)
+        if isinstance(value, str):
+            if name not in WELL_KNOWN_SECRETS:
+                return (f"{name!r} is not one of the openreward SDK's well-known secret names, so it has no "
+                        f"allowed domains and no session could open: {fix % name}")
+        elif not (isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], str)
+                  and isinstance(value[1], list) and all(isinstance(d, str) for d in value[1])):
+            return f"{name!r} is a {type(value).__name__}, not a string or (value, allowed_domains): {fix % name}"
+    return None
+
+
 _said: set[str] = set()
 _said_lock = threading.Lock()
 

@@ -2,8 +2,11 @@
 
 Groups are GRPO's: consecutive `num_generations` rollouts of one task, read from the trainer as TRL forms them.
 A group is posted, on one of its own sessions (still open: sessions close at the next batch's resets, at
-close_all() or at exit), as one request; a batch's groups are posted at once. A group that cannot be scored
-(unsupported, the judge failed, a session that never started) gets None for each rollout, never a made-up score.
+close_all() or at exit), as one request; a batch's groups are posted at once. A rollout whose episode did not start
+(or is void: a stale prompt) is never sent and stays None: the judge compares the group's other rollouts among
+themselves, when at least two started (a comparison needs two, and a lone score's advantage in its group is 0). A
+group that cannot be scored (unsupported, the judge failed, fewer than two started) gets None for each rollout, never a
+made-up score.
 """
 
 from __future__ import annotations
@@ -66,12 +69,14 @@ async def _score(group: Sequence[Adapter], prompts: Sequence[Any], completions: 
     if len(tasks) > 1:  # never a judgement across tasks: the rows are not GRPO's groups
         log.warning("orsgen: %s is not scored: its rollouts hold tasks %s, not one", where, sorted(map(str, tasks)))
         return unscored
-    session = next((env._session for env in group if env._void is None and env._session is not None), None)
-    if session is None:
-        log.warning("orsgen: %s is not scored: none of its episodes started", where)
+    started = {i: env._session for i, env in enumerate(group) if env._void is None and env._session is not None}
+    if len(started) < 2:
+        log.warning("orsgen: %s is not scored: %s of its %d episodes started (a comparison needs two)", where,
+                    len(started) or "none", len(group))
         return unscored
-    candidates = [GroupCandidate(messages=messages.transcript(p, c, accepted), metadata={"rollout": i})
-                  for i, (p, c) in enumerate(zip(prompts, completions, strict=True))]
+    session = next(iter(started.values()))
+    candidates = [GroupCandidate(messages=messages.transcript(prompts[i], completions[i], accepted),
+                                 metadata={"rollout": i}) for i in started]
     requests["score_group"] += 1
     try:
         scores = await asyncio.wait_for(session.score_group(candidates), client.timeout("tool"))
@@ -84,7 +89,10 @@ async def _score(group: Sequence[Adapter], prompts: Sequence[Any], completions: 
             exc, asyncio.TimeoutError) else client.describe(exc)
         log.warning("orsgen: %s is not scored (None): %s", where, reason)
         return unscored
-    if len(scores) != len(group):
-        log.warning("orsgen: %s is not scored: %d scores came back for %d rollouts", where, len(scores), len(group))
+    if len(scores) != len(candidates):
+        log.warning("orsgen: %s is not scored: %d scores came back for %d rollouts", where, len(scores),
+                    len(candidates))
         return unscored
-    return [float(score.reward) for score in scores]
+    for i, score in zip(started, scores, strict=True):
+        unscored[i] = float(score.reward)
+    return unscored

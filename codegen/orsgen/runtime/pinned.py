@@ -9,6 +9,7 @@ import json
 import logging
 import os
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -25,26 +26,33 @@ if TYPE_CHECKING:
     from openreward.api.environments.client import AsyncEnvironment
 
 class InARow:
-    """Episodes of one environment that could not start, one after another; a start that succeeds ends the run."""
+    """Start failures of one environment since its last start that worked. "The environment is down" is a judgement
+    over time: no start has worked for a while (`down_after` seconds since the first failure, after its retries) and
+    at least a floor of tasks failed. A count alone says nothing: 32 rollouts in flight fail at one moment of downtime.
+    """
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.count = 0
         self.last: tuple[str, int] | None = None
+        self.since: float | None = None  # when the first failure since the last start that worked was counted
 
     def started(self) -> None:
         with self.lock:
-            self.count, self.last = 0, None
+            self.count, self.last, self.since = 0, None, None
 
-    def failed(self, task: tuple[str, int], in_batch: bool) -> int:
-        """Count a task that could not start; the failures in a row so far. In a trainer, the rollouts of a GRPO
-        group reset one after the other on the same task: a task that fails for all of them counts once, so one
-        broken task does not look like an environment that is down."""
+    def failed(self, task: tuple[str, int], in_batch: bool) -> tuple[int, float]:
+        """Count a task that could not start: (failures in a row so far, seconds since the first of them). In a
+        trainer, the rollouts of a GRPO group reset one after the other on the same task: a task that fails for all
+        of them counts once, so one broken task does not look like an environment that is down."""
         with self.lock:
+            now = time.monotonic()
+            if self.since is None:
+                self.since = now
             if self.last != task or not in_batch:
                 self.count += 1
             self.last = task
-            return self.count
+            return self.count, now - self.since
 
 
 @dataclass(eq=False)
@@ -118,6 +126,14 @@ class Pinned:
             f"(target {self.target}): point url= or OPENREWARD_SESSION_URL at the server of {self.env!r}, or "
             "regenerate the module for this server"
         ) from None
+
+    def refuse_split(self, split: str, who: str) -> None:
+        """ValueError, one line, for a split the module did not pin (one that pinned none accepts any; a split its
+        pinned task file holds is pinned too): every episode of such a split would go unscored."""
+        pinned = self.splits()
+        if pinned and split not in pinned and split not in (self.pinned_tasks() or {}):
+            raise ValueError(f"{who}: {self.env or self.deployment} has no split {split!r}: {self.module} pinned "
+                             f"{', '.join(map(repr, pinned))}")
 
     def splits(self) -> list[str]:
         """The split names the module pinned (empty: it pinned none)."""
