@@ -10,7 +10,7 @@ import pytest
 from orsgen.runtime import Adapter
 
 from examples.echo import WORDS
-from tests.harness import ROOT, owned_data, servers, trainers
+from tests.harness import ROOT, owned_data, rounds, servers, trainers
 from tests.harness.generation import in_process, load
 from tests.harness.servers import settle
 
@@ -205,3 +205,91 @@ def test_the_declared_range_is_the_one_the_runtime_names():
     train = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["train"]
     assert f"trl{boundary.SUPPORTED}" in train
     assert [boundary._in_range(v) for v in ("1.12.9", "1.13.0", "1.16.2", "1.17.0")] == [False, True, True, False]
+
+
+# Gradient accumulation that does not divide the generation schedule: (gradient_accumulation_steps,
+# steps_per_generation, num_iterations). TRL generates every steps_per_generation x num_iterations micro-steps, so a
+# round may begin inside an optimizer step, and two rounds may share one.
+SCHEDULES = [(2, 3, 1), (3, 2, 1)]
+
+
+@pytest.mark.parametrize(("accumulation", "per_generation", "iterations"), SCHEDULES,
+                         ids=[f"accumulate-{a}-generate-every-{g * i}" for a, g, i in SCHEDULES])
+def test_each_generation_round_of_trls_schedule_opens_the_next_groups(served, tmp_path, accumulation, per_generation,
+                                                                       iterations):
+    """Rows without task_index: every round TRL generated (read from its own micro-step count) opened the next groups
+    of the task order, each GRPO group one task; the next step's sessions opened ahead were all taken."""
+    from datasets import Dataset
+
+    server, mod = served
+    env_class = rounds.watching(mod.Echo, open_ahead="next-step")
+    run = trainers.trainer(env_class, str(tmp_path), 2, tools=[mod.Echo().echo], threads=1,
+                           train_dataset=Dataset.from_dict({"prompt": [ROW["prompt"]] * 8}),
+                           per_device_train_batch_size=2, num_generations=2,
+                           gradient_accumulation_steps=accumulation, steps_per_generation=per_generation,
+                           num_iterations=iterations)
+    env_class.trainer = run
+    before, ahead = len(server.creates()), rounds.ahead_counts(mod)
+    run.train()
+    mod.close_all()
+    settle()
+    size = 2 * per_generation  # a round's rollouts: per_generation micro-batches of 2
+    found = rounds.rounds(rounds.checked(env_class.resets, server, before))
+    assert len(found) == rounds.generations(run) > 1 and all(len(r) == size for r in found), found
+    tasks = [t for r in found for t in rounds.groups(r, 2)]
+    assert tasks == rounds.order_of("train", len(WORDS), "train", size // 2, len(tasks))
+    assert len(set(tasks)) == len(tasks)
+    opened = size - 1 + (len(found) - 1) * size
+    now = rounds.ahead_counts(mod)
+    assert {k: now[k] - ahead[k] for k in now} == {"opened": opened, "taken": opened, "unused": 0}
+    assert server.open_sessions() == []
+
+
+def test_a_resumed_run_continues_with_the_rounds_after_its_checkpoint(served, tmp_path):
+    """Environment-owned data, steps_per_generation=2: one round covers two optimizer steps. A run saved at step 1
+    (inside round 0) and resumed to step 3 generates once more: the next groups of the order, not round 0's again,
+    and nothing opened ahead past its end."""
+    server, mod = served
+    config = {"per_device_train_batch_size": 2, "num_generations": 2, "steps_per_generation": 2,
+              "save_strategy": "steps", "save_steps": 1}
+    first = rounds.watching(mod.Echo, open_ahead="next-step")
+    before, ahead = len(server.creates()), rounds.ahead_counts(mod)
+    run = trainers.trainer(first, str(tmp_path), 1, tools=[mod.Echo().echo], threads=1, **config)
+    first.trainer = run
+    run.train()
+    second = rounds.watching(mod.Echo, open_ahead="next-step")
+    resumed = trainers.trainer(second, str(tmp_path), 3, tools=[mod.Echo().echo], threads=1, **config)
+    second.trainer = resumed
+    resumed.train(resume_from_checkpoint=str(tmp_path / "checkpoint-1"))
+    mod.close_all()
+    settle()
+    assert resumed.state.global_step == 3
+    found = [rounds.rounds(rounds.checked(c.resets, server, before)) for c in (first, second)]
+    assert [len(f) for f in found] == [1, 1], found
+    tasks = [t for f in found for t in rounds.groups(f[0], 2)]
+    assert tasks == rounds.order_of("train", len(WORDS), "train", 2, 4)  # round 0, then round 1
+    now = rounds.ahead_counts(mod)
+    assert {k: now[k] - ahead[k] for k in now} == {"opened": 6, "taken": 6, "unused": 0}  # each round's 3 others
+    assert server.open_sessions() == []
+
+
+def test_two_trainers_and_evaluation_batches_do_not_shift_each_others_rounds(served, tmp_path):
+    """Two trainers in one process, batches set by hand and interleaved, an evaluation batch between: each trainer's
+    training rounds open the order's groups from its first, as if it were alone."""
+    server, mod = served
+    built = [owned_data.trainer(mod, mod.Echo, str(tmp_path / str(i)), 2, per_device_train_batch_size=4,
+                                num_generations=2) for i in range(2)]
+    seen: list[list[int]] = [[], []]
+    for which in (0, 1, 1, 0):
+        trainer = built[which]
+        trainer.environments = [mod.Echo() for _ in range(4)]
+        reset_all(trainer, [dict(ROW) for _ in range(4)])
+        seen[which] += [e.task_index for e in trainer.environments][::2]
+        trainer.model.eval()  # an evaluation batch: its own stream
+        trainer.environments = [mod.Echo() for _ in range(4)]
+        reset_all(trainer, [dict(ROW) for _ in range(4)])
+        trainer.model.train()
+    assert seen[0] == seen[1] == rounds.order_of("train", len(WORDS), "train", 2, 4), seen
+    mod.close_all()
+    settle()
+    assert server.open_sessions() == []

@@ -1,9 +1,11 @@
 """Which task a `reset()` without `task_index` opens, when the environment owns the data (no `train_dataset`).
 
 TRL's placeholder rows do not say which GRPO group a rollout belongs to, so the task is derived from where the
-rollout sits in the trainer's generation batch (`trl.place`): (step, rank, position) -> group -> a seeded shuffle
-of the split. Nothing is counted per process, so ranks agree, a reset made outside training shifts nothing, and a
-resumed run continues where its global step says.
+rollout sits in the trainer's generation batch (`trl.place`): (generation round, rank, position) -> group -> a seeded
+shuffle of the split. Rounds are counted per trainer, one per batch (`trl._round`): each rank counts its own batches
+and ranks generate in lockstep, so they agree; a reset made outside training, an evaluation pass or another trainer
+shifts nothing, and a resumed run continues from its global step. An evaluation pass numbers its batches from 0, so
+every pass gets the same tasks.
 """
 
 from __future__ import annotations

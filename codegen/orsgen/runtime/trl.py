@@ -10,6 +10,21 @@ What is assumed (TRL 1.13 to 1.16, read from their code and tested against the o
 - The trainer attributes in `NEEDS` (public ones of GRPOTrainer and transformers' Trainer): the GRPO group size, the
   rank and world size, the global step, and the schedule that turns steps into generation rounds. Evaluation is
   `trainer.model.training == False`, as TRL itself decides it.
+- Every batch has an `environments` list of its own (TRL builds a new one per generation), so a batch is known by that
+  list. Generation rounds are counted here, one per training batch, not derived from the schedule: TRL generates at
+  every `steps_per_generation * num_iterations`-th micro-step (training_step call), which need not fall on an
+  optimizer step. Each `train()` call has a `TrainerState` of its own and TRL's micro-step count starts at 0 in a new
+  trainer: the count starts again there, after ceil(micro-steps done / every) rounds (a resume: the micro-steps of
+  its global steps), and another round follows while rounds counted * every < the call's micro-steps left. The
+  micro-steps of a run are transformers' optimizer steps of gradient_accumulation_steps batches, but the last of an
+  epoch (`callback_handler.train_dataloader`'s length in batches), which has the rest: an environment-owned run's
+  placeholder epoch may be shorter than one accumulation. Each rank counts its own batches: ranks generate in
+  lockstep, so they agree. Evaluation's batches and other trainers do not move a trainer's count; a stop
+  (`should_training_stop`) leaves the look-ahead of a round that did not come to the next batch or close_all().
+- An evaluation pass is one call of transformers' `Trainer.evaluation_loop` (`evaluate()` and `predict()` run it)
+  whose `step` local numbers the pass's batches from 0: that number places the batch, so every pass evaluates the
+  same tasks (only the int is read; nothing of the frame is kept). Without that frame, batches at one global step are
+  numbered on from the first.
 - Rewards are gathered rank-major and normalised in consecutive chunks of the group size, so a group may span ranks.
 - Trainer callbacks run on the trainer's thread, called from a trainer method; GRPOTrainer and AsyncGRPOTrainer keep
   `_metrics[mode]`, lists of values per name that `log()` reduces (a one-value list stays that value) and clears.
@@ -105,7 +120,20 @@ def installed() -> str:
         return "TRL not installed"
 
 
-_eval_rounds: weakref.WeakKeyDictionary[Any, tuple[int, int]] = weakref.WeakKeyDictionary()
+@dataclass
+class _Rounds:
+    """One trainer's generation rounds, counted at each batch's first reset."""
+
+    state: weakref.ref[Any] | None = None  # the TrainerState of the train() call being counted
+    begun: int = 0  # the global step that call began at
+    next: int = 0  # the next training round
+    counted: int = 0  # rounds counted in that call
+    batch: list[Any] | None = None  # the environments list of the last batch placed (the trainer holds it too)
+    placed: tuple[int, bool] = (0, False)  # that batch's round and `more`
+    eval: tuple[int, int] = (-1, -1)  # without an evaluation loop on the stack: (batch number, global step)
+
+
+_rounds: weakref.WeakKeyDictionary[Any, _Rounds] = weakref.WeakKeyDictionary()
 _lock = threading.Lock()
 
 
@@ -204,14 +232,7 @@ def _read(trainer: Any, adapter: Any, row: Mapping[str, Any], frames: list[Any],
     if not isinstance(group, int) or group < 1 or (world * len(rows)) % group:
         return Place(None, where, f"a batch of {world} x {len(rows)} rollouts does not split into groups of {group}")
     _check_version()
-    args = trainer.args
-    every = args.steps_per_generation * trainer.num_iterations  # micro-steps per generation round
-    if training:  # generation rounds so far: restored with the global step when a run resumes
-        round_ = trainer.state.global_step * args.gradient_accumulation_steps // every
-        rounds = -(-trainer.state.max_steps * args.gradient_accumulation_steps // every)
-        more = round_ + 1 < rounds
-    else:
-        round_, more = _eval_round(trainer, index), False
+    round_, more = _round(trainer, adapters)
     width = world * len(rows)
     batch = Batch(adapters, rows, index, group, "train" if training else "eval", round_ * width + rank * len(rows),
                   width, more)
@@ -247,14 +268,70 @@ def _same_row(candidate: Mapping[str, Any], row: Mapping[str, Any]) -> bool:
         return False
 
 
-def _eval_round(trainer: Any, index: int) -> int:
-    """The batch number within the current evaluation pass: every pass evaluates the same tasks, so passes compare."""
+def _round(trainer: Any, adapters: list[Any]) -> tuple[int, bool]:
+    """(round, more) of the batch whose environments are `adapters`: counted at its first reset, the same for the
+    rest of its resets (and a stray one while it lasts)."""
     with _lock:
-        round_, step = _eval_rounds.get(trainer, (-1, -1))
-        if index == 0:
-            round_ = round_ + 1 if step == trainer.state.global_step else 0
-            _eval_rounds[trainer] = (round_, trainer.state.global_step)
-        return max(round_, 0)
+        rounds = _rounds.get(trainer)
+        if rounds is None:
+            rounds = _rounds[trainer] = _Rounds()
+        if rounds.batch is not adapters:
+            rounds.batch = adapters
+            rounds.placed = _next_round(trainer, rounds) if trainer.model.training else (_eval_batch(trainer, rounds),
+                                                                                         False)
+        return rounds.placed
+
+
+def _next_round(trainer: Any, rounds: _Rounds) -> tuple[int, bool]:
+    """The training round a new batch is, and whether another follows (under rounds' lock)."""
+    state = trainer.state
+    every = trainer.args.steps_per_generation * trainer.num_iterations  # micro-steps per generation round
+    if rounds.state is None or rounds.state() is not state:  # a train() call begins: from its global step
+        rounds.state, rounds.begun, rounds.counted = weakref.ref(state), state.global_step, 0
+        rounds.next = -(-_micro_steps(trainer, 0, state.global_step) // every)
+    round_ = rounds.next
+    rounds.next += 1
+    rounds.counted += 1
+    return round_, rounds.counted * every < _micro_steps(trainer, rounds.begun, state.max_steps)
+
+
+def _micro_steps(trainer: Any, first: int, last: int) -> int:
+    """The micro-steps (training_step calls) of optimizer steps first..last-1, as transformers' Trainer runs them:
+    gradient_accumulation_steps each, but the last of each epoch of len(train dataloader) batches, which has the
+    rest (a dataloader without a length: none shorter)."""
+    accumulation = trainer.args.gradient_accumulation_steps
+    try:
+        per_epoch = len(getattr(trainer.callback_handler, "train_dataloader", None))  # type: ignore[arg-type]
+    except TypeError:
+        return (last - first) * accumulation
+    updates = max(-(-per_epoch // accumulation), 1)
+    short = accumulation - max(per_epoch - (updates - 1) * accumulation, 1)  # what an epoch's last step lacks
+    return (last - first) * accumulation - (last // updates - first // updates) * short
+
+
+def _eval_batch(trainer: Any, rounds: _Rounds) -> int:
+    """The batch number within the current evaluation pass (under rounds' lock): every pass the same tasks."""
+    step = _evaluation_step(trainer)
+    if step is None:  # no evaluation loop of this trainer on the stack: numbered on within the global step
+        number, at = rounds.eval
+        step = number + 1 if at == trainer.state.global_step else 0
+    rounds.eval = (step, trainer.state.global_step)
+    return step
+
+
+def _evaluation_step(trainer: Any) -> int | None:
+    """The `step` of the trainer's evaluation_loop on the stack: its batch number in this pass (see the docstring)."""
+    frame: Any = sys._getframe(1)
+    for _ in range(_DEPTH):
+        if frame is None:
+            return None
+        if frame.f_code.co_name == "evaluation_loop" and _method(frame.f_code):
+            local = frame.f_locals
+            step = local.get("step")
+            if local.get("self") is trainer and isinstance(step, int):
+                return step
+        frame = frame.f_back
+    return None
 
 
 @functools.cache
