@@ -2,7 +2,8 @@
 first reset instead opens every session of the batch whose task it can know, and the resets that follow take them,
 ready or nearly so: a batch pays about one start. With environment-owned data and `open_ahead = "next-step"`, the
 next step's sessions open too, once this batch's are, while this step resets, generates and trains. What is not
-taken is closed at the next batch of its stream (or close_all/exit) and counted."""
+taken is closed at the next batch of its stream, when the trainer it was opened for ends its training or is
+collected (`release`), or at close_all/exit, and counted."""
 
 from __future__ import annotations
 
@@ -21,7 +22,13 @@ _totals_lock = threading.Lock()
 
 
 class Planned(concurrent.futures.Future[Any]):
-    """An opening the look-ahead has planned but may not have started: drained, it is cancelled, never opened."""
+    """An opening owned before its session is requested. Whoever opens it first marks it running
+    (`set_running_or_notify_cancel`); one cancelled before that is never opened. `owner`: the token of the trainer
+    whose batch it is for (`release`)."""
+
+    def __init__(self, owner: Hashable | None = None) -> None:
+        super().__init__()
+        self.owner = owner
 
 
 def _count(what: str, n: int) -> None:
@@ -32,6 +39,11 @@ def _count(what: str, n: int) -> None:
 def drain_all(keep: Tag | None = None) -> list[Opening]:
     """What no reset took, in every module (but what was opened for the batch `keep`): the caller closes them."""
     return [opening for ahead in list(_holding) for opening in ahead.drain(keep)]
+
+
+def release(owner: Hashable) -> list[Opening]:
+    """What no reset took of what was opened for `owner`'s batches, in every module: the caller closes them."""
+    return [opening for ahead in list(_holding) for opening in ahead.drain(owner=owner)]
 
 
 def openings(tag: Tag) -> list[Opening]:
@@ -73,15 +85,19 @@ class Ahead:
                 self._held()
             return opening
 
-    def drain(self, keep: Tag | None = None) -> list[Opening]:
+    def drain(self, keep: Tag | None = None, owner: Hashable | None = None) -> list[Opening]:
         """Every opening nobody took (the run ends); with `keep`, a batch (stream, first) that begins: those of the
-        same stream's other batches (an evaluation pass leaves training's look-ahead alone)."""
+        same stream's other batches (an evaluation pass leaves training's look-ahead alone); with `owner`, those
+        opened for that trainer's batches."""
         with self.lock:
-            def stale(tag: Any) -> bool:
+            def stale(tag: Any, opening: Opening) -> bool:
+                if owner is not None:
+                    return getattr(opening, "owner", None) == owner
                 return keep is None or (tag != keep and tag[0] == keep[0])
 
-            left = [o for (tag, _), queue in self.waiting.items() if stale(tag) for o in queue]
-            self.waiting = {k: q for k, q in self.waiting.items() if not stale(k[0])}
+            left = [o for (tag, _), queue in self.waiting.items() for o in queue if stale(tag, o)]
+            kept = {k: [o for o in q if not stale(k[0], o)] for k, q in self.waiting.items()}
+            self.waiting = {k: q for k, q in kept.items() if q}
             self.unused += len(left)
             _count("unused", len(left))
             self._held()
