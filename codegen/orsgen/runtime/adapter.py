@@ -270,8 +270,11 @@ class Adapter:
             taken = self.pinned.ahead.take(batch.tag, self._key(split, index)) if batch is not None else None
             if taken is None and not first:
                 self._notice(where)
-            start = (self._open(env, split, index, stream=self._stream) if batch is None or taken is None
-                     else self._take(taken, batch.tag, env, split, index))
+            if batch is None or taken is None:  # after a failed look-ahead attempt for this task: its retry
+                retry = batch is not None and self.pinned.ahead.repay(batch.tag, self._key(split, index))
+                start = self._open(env, split, index, stream=self._stream, first=int(retry))
+            else:
+                start = self._take(taken, batch.tag, env, split, index)
             client.loop().submit(_fill(opening, start))
             if batch is not None and first:
                 self._open_ahead(batch, opening)
@@ -406,12 +409,13 @@ class Adapter:
                     index: int) -> tuple[AsyncSession, Any]:
         """The session opened ahead. One the look-ahead could not open (None) is replaced by another opened for the
         same task, which a later rollout would have taken (at capacity, the later rollouts' sessions are what holds
-        the places), else opened now: a retry of the look-ahead's failed attempt."""
-        opened = await asyncio.wrap_future(taken)
+        the places), else opened now. Each failed attempt is owed a retry: the next in-line start of the task."""
+        opened, key = await asyncio.wrap_future(taken), self._key(split, index)
         while opened is None:
-            other = self.pinned.ahead.take(tag, self._key(split, index))
+            self.pinned.ahead.owe(tag, key)  # a failed attempt: whichever start of this task comes next retries it
+            other = self.pinned.ahead.take(tag, key)
             if other is None:
-                return await self._open(env, split, index, stream=tag[0], first=1)
+                return await self._open(env, split, index, stream=tag[0], first=int(self.pinned.ahead.repay(tag, key)))
             opened = await asyncio.wrap_future(other)
         return opened
 

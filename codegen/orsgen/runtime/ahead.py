@@ -56,6 +56,8 @@ class Ahead:
         self.lock = threading.Lock()
         self.waiting: dict[tuple[Tag, Hashable], list[Opening]] = {}
         self.opened = self.taken = self.unused = 0  # counts, for the metrics, the benchmark and the tests
+        # Failed look-ahead attempts (openings resolved to None) per batch and key, not yet retried in line.
+        self.owed: dict[tuple[Tag, Hashable], int] = {}
 
     def put(self, tag: Tag, key: Hashable, opening: Opening) -> None:
         with self.lock:
@@ -85,12 +87,25 @@ class Ahead:
                 self._held()
             return opening
 
+    def owe(self, tag: Tag, key: Hashable) -> None:
+        """A look-ahead attempt for `key` failed: the next in-line start of `key` in that batch is its retry."""
+        with self.lock:
+            self.owed[tag, key] = self.owed.get((tag, key), 0) + 1
+
+    def repay(self, tag: Tag, key: Hashable) -> bool:
+        """Whether an in-line start of `key` in the batch `tag` retries a failed look-ahead attempt (counted once)."""
+        with self.lock:
+            left = self.owed.pop((tag, key), 0)
+            if left > 1:
+                self.owed[tag, key] = left - 1
+            return left > 0
+
     def drain(self, keep: Tag | None = None, owner: Hashable | None = None) -> list[Opening]:
         """Every opening nobody took (the run ends); with `keep`, a batch (stream, first) that begins: those of the
         same stream's other batches (an evaluation pass leaves training's look-ahead alone); with `owner`, those
         opened for that trainer's batches."""
         with self.lock:
-            def stale(tag: Any, opening: Opening) -> bool:
+            def stale(tag: Any, opening: Opening | None) -> bool:
                 if owner is not None:
                     return getattr(opening, "owner", None) == owner
                 return keep is None or (tag != keep and tag[0] == keep[0])
@@ -98,6 +113,8 @@ class Ahead:
             left = [o for (tag, _), queue in self.waiting.items() for o in queue if stale(tag, o)]
             kept = {k: [o for o in q if not stale(k[0], o)] for k, q in self.waiting.items()}
             self.waiting = {k: q for k, q in kept.items() if q}
+            if owner is None:
+                self.owed = {k: n for k, n in self.owed.items() if keep is not None and not stale(k[0], None)}
             self.unused += len(left)
             _count("unused", len(left))
             self._held()
