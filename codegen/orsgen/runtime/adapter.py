@@ -10,6 +10,8 @@ import ast
 import asyncio
 import concurrent.futures
 import contextlib
+import functools
+import itertools
 import logging
 import os
 import re
@@ -69,8 +71,10 @@ client.on_exit(_exit_closers)
 
 
 async def _end(session: AsyncSession | None, opening: concurrent.futures.Future[Any] | None) -> None:
-    """Close a session; one still opening in the background is closed once it has opened."""
+    """Close a session; one still opening is closed once it has opened, one whose opening never began never opens."""
     if opening is not None:
+        if isinstance(opening, ahead.Planned) and opening.cancel():  # not begun: nothing was requested
+            return
         try:
             opened = await asyncio.wrap_future(opening)
         except BaseException:  # noqa: BLE001 - it never opened (or closed itself on failure)
@@ -82,30 +86,64 @@ async def _end(session: AsyncSession | None, opening: concurrent.futures.Future[
         await asyncio.wait_for(session.__aexit__(None, None, None), client.timeout("close"))
 
 
-async def _look_ahead(plan: list[tuple[Adapter, AsyncEnvironment, str, int, ahead.Opening]],
-                      after: list[ahead.Opening]) -> None:
-    """Once `after` are done, open the planned sessions at once, without retries: one that fails, or is refused for
-    capacity (429), resolves to None and its reset opens it in line, with the whole start-failure contract."""
+async def _fill(opening: ahead.Planned, start: Coroutine[Any, Any, Any]) -> None:
+    """Resolve an opening someone already owns (an adapter, the look-ahead store) with what `start` opens, unless
+    it was given up before it began (cancelled): then nothing is requested."""
+    if not opening.set_running_or_notify_cancel():
+        start.close()
+        return
+    try:
+        opening.set_result(await start)
+    except BaseException as exc:  # handed to whoever takes the opening (a cancelled loop: re-raised too)
+        opening.set_exception(exc)
+        if not isinstance(exc, Exception):
+            raise
+
+
+async def _look_ahead(plan: list[tuple[Adapter, AsyncEnvironment, str, int, ahead.Planned]],
+                      after: list[ahead.Opening], stream: str) -> None:
+    """Once `after` are done, open the planned sessions (for a `stream` batch) at once, without retries: one that
+    fails, or is refused for capacity (429), resolves to None and its reset opens it in line, with the whole
+    start-failure contract."""
     await asyncio.gather(*(asyncio.wrap_future(opening) for opening in after), return_exceptions=True)
 
-    async def one(adapter: Adapter, env: AsyncEnvironment, split: str, index: int, opening: ahead.Opening) -> None:
-        if opening.cancelled():  # drained before it began (close_all, exit): never opened
+    async def one(adapter: Adapter, env: AsyncEnvironment, split: str, index: int, opening: ahead.Planned) -> None:
+        if not opening.set_running_or_notify_cancel():  # drained before it began (close_all, exit): never opened
             return
         try:
-            opened = await adapter._open(env, split, index, retries=0)
+            opening.set_result(await adapter._open(env, split, index, retries=0, stream=stream))
         except Exception as exc:  # noqa: BLE001 - left to the reset
-            with contextlib.suppress(concurrent.futures.InvalidStateError):
-                opening.set_result(None)
+            opening.set_result(None)
             if client.status(exc) == 429:
                 client.once("look-ahead-429", logging.INFO, "orsgen: the environment is at capacity (429): what the "
                          "look-ahead could not open, the resets open in line")
-            return
-        try:
-            opening.set_result(opened)
-        except concurrent.futures.InvalidStateError:  # drained while it opened: nobody will take it
-            await _end(opened[0], None)
 
     await asyncio.gather(*(one(*planned) for planned in plan))
+
+
+# The trainers what is opened ahead was opened for (weakly), and the token their openings carry (ahead.release).
+_owners: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+_owners_lock = threading.Lock()
+_tokens = itertools.count(1)
+
+
+def _owner(trainer: Any | None) -> int | None:
+    """The token of `trainer` for what is opened ahead for its batches. At its first sight, its collection and
+    the end of its training (trl.on_training_end) are tied to closing what it still has waiting."""
+    if trainer is None:
+        return None
+    with _owners_lock:
+        token = _owners.get(trainer)
+        if token is None:
+            token = _owners[trainer] = next(_tokens)
+            weakref.finalize(trainer, _release, token).atexit = False  # at exit, the exit hook closes them
+            trl.on_training_end(trainer, functools.partial(_release, token))
+    return token
+
+
+def _release(token: int) -> None:
+    for left in ahead.release(token):
+        _end_in_background(None, left)
 
 
 def _transient(exc: BaseException) -> bool:
@@ -221,25 +259,41 @@ class Adapter:
             self._stream = where.batch.stream if where.batch is not None else None
             index = self._task(env, split, row, where)
             self.task_index, self._ended = index, False
-            taken = self._ahead(where.batch, env, split, index) if self._opens_ahead() else None
-            if taken is None:
+            batch = where.batch if self._opens_ahead() else None
+            first = batch is not None and not any(isinstance(a, Adapter) for a in batch.adapters[:batch.index])
+            if batch is not None and first:  # what the last batch holds is closed before this one opens anything
+                held, previous = previous, (None, None)
+                self._close_batch(batch, held)
+            # Owned before anything is requested: a reset interrupted from here on (Ctrl-C while the session
+            # starts) leaves the session to this adapter, and close_all(), exit or collection close it.
+            opening = self._opening = ahead.Planned()
+            taken = self.pinned.ahead.take(batch.tag, self._key(split, index)) if batch is not None else None
+            if taken is None and not first:
                 self._notice(where)
-            future = client.loop().submit(self._open(env, split, index) if taken is None or where.batch is None
-                                          else self._take(taken, where.batch.tag, env, split, index))
-        finally:  # the previous session is closed once this one's start is on its way: it never waits for a close
+            if batch is None or taken is None:  # after a failed look-ahead attempt for this task: its retry
+                retry = batch is not None and self.pinned.ahead.repay(batch.tag, self._key(split, index))
+                start = self._open(env, split, index, stream=self._stream, first=int(retry))
+            else:
+                start = self._take(taken, batch.tag, env, split, index)
+            client.loop().submit(_fill(opening, start))
+            if batch is not None and first:
+                self._open_ahead(batch, opening)
+        finally:  # but at a batch's first reset, the previous session is closed once this one's start is on its way
             if previous != (None, None):
                 _end_in_background(*previous)
         if self.open_in_background and isinstance(row.get("task_prompt"), str):
-            self._expected = row["task_prompt"]
-            self._opening, self._began = future, began
+            self._expected, self._began = row["task_prompt"], began
             return row["task_prompt"]
         try:
-            self._session, prompt = future.result()
+            session, prompt = opening.result()
         except DriftError:
+            self._opening = None
             raise
         except Exception as exc:  # noqa: BLE001 - whatever stopped the task from starting
+            self._opening = None
             prompt = self._start_failed(split, index, exc)
         else:
+            self._session, self._opening = session, None
             self._started()
         self._emit_start(prompt, began)
         return prompt
@@ -291,24 +345,23 @@ class Adapter:
     def _key(self, split: str, index: int) -> tuple[Any, ...]:
         return self._url, self._api_key, id(self._secrets), split, index
 
-    def _ahead(self, batch: trl.Batch | None, env: AsyncEnvironment, split: str, index: int) -> ahead.Opening | None:
-        """The session opened ahead for this reset, if any. The batch's first reset opens its own session, then the
-        others' and (with open_ahead = "next-step") the next step's, then closes what earlier batches left."""
-        if batch is None:
-            return None
-        ours = [isinstance(a, Adapter) for a in batch.adapters]
-        taken = self.pinned.ahead.take(batch.tag, self._key(split, index))
-        if any(ours[:batch.index]):
-            return taken
-        stale = ahead.drain_all(keep=batch.tag)  # counted now, closed last: the batch's starts go first
-        if taken is None:  # the one start this batch waits for, sent before the others
-            taken = client.loop().submit(self._open(env, split, index))
-        self._open_batch(batch)
+    def _close_batch(self, batch: trl.Batch, held: tuple[AsyncSession | None, ahead.Opening | None]) -> None:
+        """At a batch's first reset: close what the last batch left and wait for it (bounded, ORSGEN_CLOSE_TIMEOUT)
+        before this batch opens anything, so a pool the size of one batch holds it: this adapter's session
+        (`held`), those of the batch's other orsgen adapters (its reward functions and group scoring read them
+        before this batch began) and what earlier batches of this stream left opened ahead."""
+        closing = [_end_in_background(*held)] if held != (None, None) else []
+        closing += [other._close() for other in batch.adapters if isinstance(other, Adapter) and other is not self]
+        closing += [_end_in_background(None, left) for left in ahead.drain_all(keep=batch.tag)]
+        concurrent.futures.wait([f for f in closing if f is not None], timeout=client.timeout("close"))
+
+    def _open_ahead(self, batch: trl.Batch, mine: ahead.Opening) -> None:
+        """The batch's first reset, its own start sent: open the others' sessions and (open_ahead = "next-step")
+        the next step's, once this batch's are open, all tied to the trainer that will take them."""
+        owner = _owner(trl.placed_trainer())
+        self._open_batch(batch, owner)
         if batch.more and self._looks_ahead():  # once this batch's sessions are open: they never compete
-            self._open_next(batch, after=[taken, *ahead.openings(batch.tag)])
-        for left in stale:
-            _end_in_background(None, left)
-        return taken
+            self._open_next(batch, [mine, *ahead.openings(batch.tag)], owner)
 
     def _others(self, batch: trl.Batch, positions: range) -> list[tuple[Adapter, str, Mapping[str, Any], int]]:
         """The batch's other orsgen adapters at `positions` that open ahead: (adapter, split, row, position)."""
@@ -319,9 +372,9 @@ class Adapter:
                 found.append((other, row.get("split") or other._split, row, position))
         return found
 
-    def _open_batch(self, batch: trl.Batch) -> None:
+    def _open_batch(self, batch: trl.Batch, owner: int | None) -> None:
         """Open every session of the batch after this reset, each for its own adapter, at once: all but those the
-        look-ahead already opened."""
+        look-ahead already opened. Each is in the store before it is requested."""
         loop, here = client.loop(), trl.Place(batch)
         wanted: dict[tuple[int, tuple[Any, ...]], int] = {}
         for other, split, row, position in self._others(batch, range(batch.index + 1, len(batch.adapters))):
@@ -330,9 +383,11 @@ class Adapter:
             key = other._key(split, index)
             wanted[id(other.pinned), key] = wanted.get((id(other.pinned), key), 0) + 1
             if wanted[id(other.pinned), key] > other.pinned.ahead.count(batch.tag, key):
-                other.pinned.ahead.put(batch.tag, key, loop.submit(other._open(env, split, index)))
+                opening = ahead.Planned(owner)
+                other.pinned.ahead.put(batch.tag, key, opening)
+                loop.submit(_fill(opening, other._open(env, split, index, stream=batch.stream)))
 
-    def _open_next(self, batch: trl.Batch, after: list[ahead.Opening]) -> None:
+    def _open_next(self, batch: trl.Batch, after: list[ahead.Opening], owner: int | None) -> None:
         """Environment-owned data: open the next step's sessions while this step resets, generates and trains,
         starting when this batch's openings (`after`) are done."""
         if any(row.get("task_index") is not None for row in batch.rows):
@@ -342,11 +397,11 @@ class Adapter:
         for other, split, row, position in self._others(batch, range(len(batch.adapters))):
             env = other._environment()
             index = other._task(env, split, row, here, position, rounds_ahead=1)
-            opening: ahead.Opening = ahead.Planned()
+            opening = ahead.Planned(owner)
             other.pinned.ahead.put(tag, other._key(split, index), opening)
             plan.append((other, env, split, index, opening))
         running = client.loop()
-        future = running.submit(_look_ahead(plan, after))
+        future = running.submit(_look_ahead(plan, after, batch.stream))
         running.closing.add(future)  # close_all() and the exit wait for it: what it opens as they drain, it closes
         future.add_done_callback(running.closing.discard)
 
@@ -354,12 +409,13 @@ class Adapter:
                     index: int) -> tuple[AsyncSession, Any]:
         """The session opened ahead. One the look-ahead could not open (None) is replaced by another opened for the
         same task, which a later rollout would have taken (at capacity, the later rollouts' sessions are what holds
-        the places), else opened now."""
-        opened = await asyncio.wrap_future(taken)
+        the places), else opened now. Each failed attempt is owed a retry: the next in-line start of the task."""
+        opened, key = await asyncio.wrap_future(taken), self._key(split, index)
         while opened is None:
-            other = self.pinned.ahead.take(tag, self._key(split, index))
+            self.pinned.ahead.owe(tag, key)  # a failed attempt: whichever start of this task comes next retries it
+            other = self.pinned.ahead.take(tag, key)
             if other is None:
-                return await self._open(env, split, index)
+                return await self._open(env, split, index, stream=tag[0], first=int(self.pinned.ahead.repay(tag, key)))
             opened = await asyncio.wrap_future(other)
         return opened
 
@@ -372,12 +428,13 @@ class Adapter:
                      "GRPOTrainer's batch (AsyncGRPOTrainer overlaps its rollouts itself)",
                      threading.current_thread().name)
 
-    async def _open(self, env: AsyncEnvironment, split: str, index: int,
-                    retries: int | None = None) -> tuple[AsyncSession, Any]:
-        """Open a session on a task and read its prompt, retrying transient failures with bounded backoff."""
+    async def _open(self, env: AsyncEnvironment, split: str, index: int, retries: int | None = None,
+                    stream: str | None = None, first: int = 0) -> tuple[AsyncSession, Any]:
+        """Open a session on a task (for a `stream` batch) and read its prompt, retrying transient failures with
+        bounded backoff; `first` numbers the first attempt (1: after the look-ahead's failed one, a retry)."""
         limit = client.timeout("reset")
         retries = self.start_retries if retries is None else retries
-        for attempt in range(retries + 1):
+        for attempt in range(first, first + retries + 1):
             began, session = time.perf_counter(), None
             try:
                 session = self._session_for(env, split, index)  # may refuse before any request: reported too
@@ -395,13 +452,13 @@ class Adapter:
                         await asyncio.wait_for(session.__aexit__(None, None, None), client.timeout("close"))
                 if isinstance(exc, asyncio.TimeoutError):
                     exc = TimeoutError(f"no answer within {limit:g}s (ORSGEN_RESET_TIMEOUT)")
-                self._emit_open(split, index, attempt, began, exc)
-                if attempt == retries or not _transient(exc):
+                self._emit_open(split, index, attempt, began, exc, stream)
+                if attempt == first + retries or not _transient(exc):
                     raise exc from None
-                wait = client.retry_after(exc) or min(2.0**attempt, 10.0)
+                wait = client.retry_after(exc) or min(2.0 ** (attempt - first), 10.0)
                 await asyncio.sleep(min(wait, 60.0))
             else:
-                self._emit_open(split, index, attempt, began, None)
+                self._emit_open(split, index, attempt, began, None, stream)
                 return opened
         raise AssertionError("unreachable")
 
@@ -558,11 +615,12 @@ class Adapter:
             hooks.emit("episode_start", hooks.EpisodeStart(self, self._episode_split, self.task_index or 0,
                                                            self._stream, prompt, error, time.perf_counter() - began))
 
-    def _emit_open(self, split: str, index: int, attempt: int, began: float, exc: BaseException | None) -> None:
+    def _emit_open(self, split: str, index: int, attempt: int, began: float, exc: BaseException | None,
+                   stream: str | None) -> None:
         if hooks.wanted("session_open"):
             error, status = (None, None) if exc is None else (client.describe(exc), client.status(exc))
             hooks.emit("session_open", hooks.SessionOpen(self, split, index, attempt, error, status,
-                                                         time.perf_counter() - began))
+                                                         time.perf_counter() - began, stream))
 
     def _emit_call(self, name: str, arguments: dict[str, Any], began: float, result: Any,
                    exc: BaseException | None) -> None:
@@ -591,18 +649,20 @@ class Adapter:
 
     # -- closing -------------------------------------------------------------------------------------------------
 
-    def _close(self, wait: bool = False) -> None:
-        """End the open session, if any: at the next reset, on close_all(), at exit and on garbage collection. The
-        server is told in the background, so the next rollout does not wait for it; `wait=True` waits (bounded)."""
+    def _close(self, wait: bool = False) -> concurrent.futures.Future[None] | None:
+        """End the open session, if any: at the next reset (a batch's first reset: every adapter's of the batch),
+        on close_all(), at exit and on garbage collection. The server is told in the background, so the next
+        rollout does not wait for it; `wait=True` waits (bounded). The close's future, if one was sent."""
         self._emit_end(None)  # an episode closed before its reward was read
         session, self._session = self._session, None
         opening, self._opening = self._opening, None
         if session is None and opening is None:
-            return
+            return None
         future = _end_in_background(session, opening)
         if wait and future is not None:
             with contextlib.suppress(Exception):  # the server reaps what it was not told
                 future.result(timeout=client.timeout("close"))
+        return future
 
     def __del__(self) -> None:
         try:

@@ -2,7 +2,8 @@
 first reset instead opens every session of the batch whose task it can know, and the resets that follow take them,
 ready or nearly so: a batch pays about one start. With environment-owned data and `open_ahead = "next-step"`, the
 next step's sessions open too, once this batch's are, while this step resets, generates and trains. What is not
-taken is closed at the next batch of its stream (or close_all/exit) and counted."""
+taken is closed at the next batch of its stream, when the trainer it was opened for ends its training or is
+collected (`release`), or at close_all/exit, and counted."""
 
 from __future__ import annotations
 
@@ -21,7 +22,13 @@ _totals_lock = threading.Lock()
 
 
 class Planned(concurrent.futures.Future[Any]):
-    """An opening the look-ahead has planned but may not have started: drained, it is cancelled, never opened."""
+    """An opening owned before its session is requested. Whoever opens it first marks it running
+    (`set_running_or_notify_cancel`); one cancelled before that is never opened. `owner`: the token of the trainer
+    whose batch it is for (`release`)."""
+
+    def __init__(self, owner: Hashable | None = None) -> None:
+        super().__init__()
+        self.owner = owner
 
 
 def _count(what: str, n: int) -> None:
@@ -34,6 +41,11 @@ def drain_all(keep: Tag | None = None) -> list[Opening]:
     return [opening for ahead in list(_holding) for opening in ahead.drain(keep)]
 
 
+def release(owner: Hashable) -> list[Opening]:
+    """What no reset took of what was opened for `owner`'s batches, in every module: the caller closes them."""
+    return [opening for ahead in list(_holding) for opening in ahead.drain(owner=owner)]
+
+
 def openings(tag: Tag) -> list[Opening]:
     """Every opening waiting for the batch `tag`, in every module."""
     return [opening for ahead in list(_holding) for opening in ahead.waiting_for(tag)]
@@ -44,6 +56,8 @@ class Ahead:
         self.lock = threading.Lock()
         self.waiting: dict[tuple[Tag, Hashable], list[Opening]] = {}
         self.opened = self.taken = self.unused = 0  # counts, for the metrics, the benchmark and the tests
+        # Failed look-ahead attempts (openings resolved to None) per batch and key, not yet retried in line.
+        self.owed: dict[tuple[Tag, Hashable], int] = {}
 
     def put(self, tag: Tag, key: Hashable, opening: Opening) -> None:
         with self.lock:
@@ -73,15 +87,34 @@ class Ahead:
                 self._held()
             return opening
 
-    def drain(self, keep: Tag | None = None) -> list[Opening]:
-        """Every opening nobody took (the run ends); with `keep`, a batch (stream, first) that begins: those of the
-        same stream's other batches (an evaluation pass leaves training's look-ahead alone)."""
+    def owe(self, tag: Tag, key: Hashable) -> None:
+        """A look-ahead attempt for `key` failed: the next in-line start of `key` in that batch is its retry."""
         with self.lock:
-            def stale(tag: Any) -> bool:
+            self.owed[tag, key] = self.owed.get((tag, key), 0) + 1
+
+    def repay(self, tag: Tag, key: Hashable) -> bool:
+        """Whether an in-line start of `key` in the batch `tag` retries a failed look-ahead attempt (counted once)."""
+        with self.lock:
+            left = self.owed.pop((tag, key), 0)
+            if left > 1:
+                self.owed[tag, key] = left - 1
+            return left > 0
+
+    def drain(self, keep: Tag | None = None, owner: Hashable | None = None) -> list[Opening]:
+        """Every opening nobody took (the run ends); with `keep`, a batch (stream, first) that begins: those of the
+        same stream's other batches (an evaluation pass leaves training's look-ahead alone); with `owner`, those
+        opened for that trainer's batches."""
+        with self.lock:
+            def stale(tag: Any, opening: Opening | None) -> bool:
+                if owner is not None:
+                    return getattr(opening, "owner", None) == owner
                 return keep is None or (tag != keep and tag[0] == keep[0])
 
-            left = [o for (tag, _), queue in self.waiting.items() if stale(tag) for o in queue]
-            self.waiting = {k: q for k, q in self.waiting.items() if not stale(k[0])}
+            left = [o for (tag, _), queue in self.waiting.items() for o in queue if stale(tag, o)]
+            kept = {k: [o for o in q if not stale(k[0], o)] for k, q in self.waiting.items()}
+            self.waiting = {k: q for k, q in kept.items() if q}
+            if owner is None:
+                self.owed = {k: n for k, n in self.owed.items() if keep is not None and not stale(k[0], None)}
             self.unused += len(left)
             _count("unused", len(left))
             self._held()

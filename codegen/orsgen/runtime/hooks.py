@@ -68,6 +68,7 @@ class SessionOpen:
     error: str | None
     status: int | None
     seconds: float
+    stream: str | None = None  # the trainer batch it was opened for ("train"/"eval"; opened ahead: the batch ahead)
 
 
 @dataclass(frozen=True)

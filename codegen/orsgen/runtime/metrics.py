@@ -152,8 +152,8 @@ class EpisodeMetrics(TrainerCallback):  # type: ignore[misc]
                 self._since[self._mode(record.stream)].reset_seconds.append(record.seconds)
             elif event == "tool_call":
                 self._since[self._mode(record.adapter._stream)].tool_seconds.append(record.seconds)
-            elif event == "session_open":
-                c = self._since[self._mode()]
+            elif event == "session_open":  # booked to the batch it was opened for, whenever it finished
+                c = self._since[self._mode(record.stream)]
                 c.starts += 1
                 c.start_failures += record.error is not None
                 c.start_retries += record.attempt > 0

@@ -29,6 +29,9 @@ What is assumed (TRL 1.13 to 1.16, read from their code and tested against the o
 - Trainer callbacks run on the trainer's thread, called from a trainer method; GRPOTrainer and AsyncGRPOTrainer keep
   `_metrics[mode]`, lists of values per name that `log()` reduces (a one-value list stays that value) and clears.
   AsyncGRPOTrainer (it has `rollout_worker`) runs its rollouts, and so the environments, in a spawned process.
+- transformers' Trainer calls every callback of `trainer.callback_handler` (added by `trainer.add_callback`) at
+  `on_train_end` when training ends, at max_steps or stopped early (`should_training_stop`), not when train() raises:
+  what is opened ahead for a trainer is closed then (`on_training_end`), or when the trainer is collected.
 - Anything else from TRL on the stack (an AsyncGRPO rollout worker, a trainer whose batch cannot be read) is a place
   where a reset without `task_index` cannot be placed: it is refused, never given "the first task".
 """
@@ -40,7 +43,7 @@ import logging
 import sys
 import threading
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
@@ -195,6 +198,23 @@ def _attr(obj: Any, path: str) -> Any:
 
 # The batch the last reset was placed in: (the trainer, weakly; id of its environments list; the rows found).
 _last: tuple[weakref.ref[Any], int, list[Mapping[str, Any]]] | None = None
+
+
+def placed_trainer() -> Any | None:
+    """The trainer the last placed reset's batch belongs to (None if it is gone)."""
+    last = _last
+    return last[0]() if last is not None else None
+
+
+def on_training_end(trainer: Any, call: Callable[[], None]) -> None:
+    """Call `call()` when `trainer`'s training ends: a callback on its handler, holding nothing of the trainer."""
+    from transformers import TrainerCallback
+
+    class TrainingEnd(TrainerCallback):  # type: ignore[misc]
+        def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            call()
+
+    trainer.add_callback(TrainingEnd())
 
 
 def _same_batch(adapter: Any, row: Mapping[str, Any]) -> tuple[Any, list[Mapping[str, Any]]] | None:
