@@ -91,6 +91,14 @@ def test_a_reset_interrupted_while_its_session_starts_leaves_nothing_open(sleepy
 
 # -- item 5: a pool of one batch -------------------------------------------------------------------------------
 
+def arrival_spreads(creates: list[dict], batches: int) -> list[float]:
+    """Per batch (the successful `/create`s, in equal consecutive shares), seconds from its first start's arrival
+    to its last's: starts sent at once arrive together, starts made one after another 2 s apart."""
+    arrived = sorted(c["arrived"] for c in creates if c["status"] == 200)
+    size = len(arrived) // batches
+    return [arrived[(i + 1) * size - 1] - arrived[i * size] for i in range(batches)]
+
+
 def held_at_most(server, since: int) -> int:
     """The most sessions the server held at once since its `since`-th request: each from its `/create`'s arrival
     to its `/delete`'s answer (an upper bound)."""
@@ -140,6 +148,11 @@ def test_a_pool_of_one_batch_trains_with_open_ahead(sleepy, tmp_path, mode):
     print(f"open_ahead={mode!r} at capacity 8: {seconds:.1f}s for 3 steps, {refused} refused")
     if mode is True:
         assert refused == 0 and held_at_most(server, since) <= 8
+    # Each batch's starts run at once, next-step too: what its look-ahead could not open for capacity is opened with
+    # the batch, not by each reset in line (2 s each).
+    spreads = arrival_spreads(creates, batches=3)
+    print("spreads", mode, spreads)
+    assert max(spreads) < 2.0, spreads  # one start of tests/envs/sleepy.py
     mod.close_all()
     assert server.open_sessions() == []
 

@@ -105,6 +105,24 @@ def test_a_split_the_module_did_not_pin_is_refused_at_construction(brittle):
     mod.close_all()
 
 
+def test_a_row_of_a_split_the_module_did_not_pin_is_refused_and_closes_the_episode_before_it(brittle):
+    """A hand-made row (a placeholder eval row with a typo) would give only unscored episodes: reset() refuses it,
+    before any request, and the previous episode's session is still closed (on the server)."""
+    server, mod = brittle
+    env = mod.Brittle()
+    env.reset(task_index=0)
+    sid = env._session.sid
+    creates = len(server.creates())
+    with pytest.raises(ValueError) as refused:
+        env.reset(task_index=1, split="tset")
+    assert str(refused.value) == (f"Brittle.reset(split='tset'): brittle has no split 'tset': {mod.__name__} "
+                                  "pinned 'train', 'test'")
+    settle()
+    assert len(server.creates()) == creates and sid not in server.open_sessions()
+    assert env.reset(task_index=0, split="test") == "brittle task 0"
+    mod.close_all()
+
+
 # -- a tool that raised: the session is gone, and the model is told so without the SDK's session id --------------------
 
 

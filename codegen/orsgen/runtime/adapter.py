@@ -252,6 +252,8 @@ class Adapter:
         self._calls = self._failed_calls = 0
         split = self._episode_split = row.get("split") or self._split
         try:
+            if row.get("split"):  # a row of a split the module did not pin: every episode would go unscored
+                self.pinned.refuse_split(split, f"{type(self).__name__}.reset(split={split!r})")
             env = self._environment()
             where = trl.place(self, row)
             self._in_batch = where.batch is not None
@@ -385,7 +387,8 @@ class Adapter:
             if wanted[id(other.pinned), key] > other.pinned.ahead.count(batch.tag, key):
                 opening = ahead.Planned(owner)
                 other.pinned.ahead.put(batch.tag, key, opening)
-                loop.submit(_fill(opening, other._open(env, split, index, stream=batch.stream)))
+                retry = other.pinned.ahead.repay(batch.tag, key)  # in place of a failed look-ahead attempt
+                loop.submit(_fill(opening, other._open(env, split, index, stream=batch.stream, first=int(retry))))
 
     def _open_next(self, batch: trl.Batch, after: list[ahead.Opening], owner: int | None) -> None:
         """Environment-owned data: open the next step's sessions while this step resets, generates and trains,

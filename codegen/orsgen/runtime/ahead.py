@@ -67,8 +67,10 @@ class Ahead:
             _holding.add(self)
 
     def count(self, tag: Tag, key: Hashable) -> int:
+        """Openings waiting for (tag, key) that may still give a session: one the look-ahead could not open (None)
+        gives none, so the batch opens another in its place at once rather than its reset opening one in line."""
         with self.lock:
-            return len(self.waiting.get((tag, key), ()))
+            return sum(not _gave_none(o) for o in self.waiting.get((tag, key), ()))
 
     def waiting_for(self, tag: Tag) -> list[Opening]:
         with self.lock:
@@ -126,3 +128,7 @@ class Ahead:
     def _held(self) -> None:  # under self.lock
         if not self.waiting:
             _holding.discard(self)
+
+
+def _gave_none(opening: Opening) -> bool:
+    return opening.done() and not opening.cancelled() and opening.exception() is None and opening.result() is None
