@@ -4,6 +4,7 @@ import difflib
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from orsgen import pin
 from orsgen.errors import OrsgenError
@@ -13,7 +14,11 @@ from orsgen.render import formatter_note
 def module(output: Path, text: str, show_diff: bool, pinned: bool = True, root: Path | None = None) -> int:
     if not output.is_file():
         raise OrsgenError(f"cannot check {output}: no such file")
-    old = output.read_text(encoding="utf-8")
+    try:
+        old = output.read_bytes().decode("utf-8")
+    except (OSError, UnicodeDecodeError) as exc:  # not stale: it cannot be checked (exit 2)
+        why = "not UTF-8 text, so not an orsgen module" if isinstance(exc, UnicodeDecodeError) else exc.strerror
+        raise OrsgenError(f"cannot check {output}: {why}") from None
     if old == text:
         print(f"{output}: up to date")
         return 0
@@ -22,7 +27,7 @@ def module(output: Path, text: str, show_diff: bool, pinned: bool = True, root: 
         print(f"{output}: up to date, but the server's build changed ({builds[0]} -> {builds[1]}): the tools are the "
               "same, tasks, prompts or rewards may not be; regenerate to pin the new build")
         return 0
-    changes = pin.tool_changes(pin.read(output).snapshot, pin.read_text(text).snapshot) if pinned else []
+    changes = _changes(pin.read(output).snapshot, pin.read_text(text).snapshot) if pinned else []
     print(f"{output}: stale")  # (pin.read above: not an orsgen module means it cannot be checked, exit 2)
     for line in changes or ["the generated code differs (a new orsgen, templates or options)"]:
         print(f"  {line}")
@@ -39,6 +44,14 @@ def module(output: Path, text: str, show_diff: bool, pinned: bool = True, root: 
     return 1
 
 
+def _changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """How the tools changed; a SNAPSHOT edited into a shape no server answers is stale all the same (exit 1)."""
+    try:
+        return pin.tool_changes(old, new)
+    except (KeyError, TypeError, AttributeError):
+        return ["the module's SNAPSHOT was edited by hand (it has a shape no server answers)"]
+
+
 def _build_line(text: str) -> str:
     return next((line for line in text.splitlines() if line.startswith("BUILD_SHA")), "")
 
@@ -47,12 +60,15 @@ def tasks(path: Path, text: str) -> int:
     """--check of a pinned task list: the first task that differs, per split."""
     if not path.is_file():
         raise OrsgenError(f"cannot check {path}: no such file (write it with --pin-tasks)")
-    old, new = json.loads(path.read_text(encoding="utf-8")), json.loads(text)
+    try:
+        old, new = json.loads(path.read_bytes().decode("utf-8")), json.loads(text)
+    except (OSError, ValueError) as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        raise OrsgenError(f"cannot check {path}: not a task list orsgen wrote ({type(exc).__name__})") from None
     if old == new:
         print(f"{path}: up to date")
         return 0
     print(f"{path}: stale")
-    before, after = old.get("splits", {}), new.get("splits", {})
+    before, after = (old.get("splits", {}) if isinstance(old, dict) else {}), new.get("splits", {})
     for split in sorted(set(before) | set(after)):
         a, b = before.get(split, []), after.get(split, [])
         if a != b:

@@ -7,6 +7,7 @@ Arguments only: they become jobs (`config.Job`) and a `pipeline.Mode`, and `pipe
 import argparse
 import os
 import sys
+import traceback
 from dataclasses import replace
 from pathlib import Path
 from typing import NoReturn
@@ -117,15 +118,37 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:  # outputs are replaced atomically: nothing was half-written
         print("orsgen: interrupted", file=sys.stderr)
         return 130
+    except Exception:  # noqa: BLE001 - a bug of orsgen's: exit 2 ("could not"), never --check's 1, and no secret
+        print(scrubbed(traceback.format_exc()), end="", file=sys.stderr)
+        print("orsgen: error: internal error (the traceback above, secrets masked): please report it", file=sys.stderr)
+        return 2
+
+
+def scrubbed(text: str) -> str:
+    """`text` without the value of OPENREWARD_API_KEY or of any environment variable a --secret or a pyproject
+    `secret` names, in any of the spellings a traceback gives it (as is, stripped, repr'd, as bytes)."""
+    for name in sorted({"OPENREWARD_API_KEY", *_SECRETS}):
+        value = os.environ.get(name, "")
+        spellings = {value, value.strip(), repr(value)[1:-1], repr(value.encode("utf-8", "replace"))[2:-1]}
+        for spelling in sorted(spellings, key=len, reverse=True):
+            if len(spelling) >= 4:  # a shorter value would mask half the traceback, and is no key
+                text = text.replace(spelling, "***")
+    return text
+
+
+_SECRETS: set[str] = set()  # the names of the secrets of this run: --secret's, then its jobs'
 
 
 def _main(argv: list[str] | None) -> int:
     args = parser().parse_args(argv)
+    _SECRETS.clear()
+    _SECRETS.update(args.secret or ())
     try:
         todo = jobs(args)
     except OrsgenError as exc:
         print(f"orsgen: error: {exc}", file=sys.stderr)
         return 2
+    _SECRETS.update(name for job in todo for name in job.secret)
     mode = pipeline.Mode(args.check, args.diff, args.format if args.report else None,
                          report_only=args.report and args.output is None and bool(args.targets))
     status, members, failed = 0, [], []

@@ -13,6 +13,9 @@ def main() -> int:
         print(f"orsgen: error: the generator needs {' and '.join(missing)}: pip install \"orsgen[generator]\" (a "
               "training image needs only the run time)", file=sys.stderr)
         return 2
-    from orsgen.cli import main as generate
-
+    try:
+        from orsgen.cli import main as generate  # black and jinja2: a Ctrl-C may well land here
+    except KeyboardInterrupt:
+        print("orsgen: interrupted", file=sys.stderr)
+        return 130
     return generate()

@@ -197,13 +197,29 @@ def load(pyproject: Path) -> list[Job]:
         raise OrsgenError(f"no TARGET given and no {pyproject} with [tool.orsgen] targets: {NO_TARGETS}") from None
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise OrsgenError(f"{pyproject}: {exc}") from None
-    section = data.get("tool", {}).get("orsgen", {})
-    targets = section.get("targets")
-    if not isinstance(targets, dict) or not targets:
+    tool = data.get("tool")
+    section = tool.get("orsgen") if isinstance(tool, dict) else None
+    targets = section.get("targets") if isinstance(section, dict) else None
+    if not isinstance(section, dict) or not isinstance(targets, dict) or not targets:
         raise OrsgenError(f"no TARGET given and {pyproject} has no [tool.orsgen.targets.NAME] tables: {NO_TARGETS}")
     base = Path(os.path.relpath(pyproject.parent.resolve(), Path.cwd().resolve()))  # "." when run beside it
     shared = section.get("templates")
-    return [_job(name, spec, base, shared, pyproject) for name, spec in targets.items()]
+    if shared is not None and not isinstance(shared, str):
+        raise OrsgenError(f"{pyproject} [tool.orsgen]: templates must be a string (a folder)")
+    found = [_job(name, spec, base, shared, pyproject) for name, spec in targets.items()]
+    _one_target_an_output(found, list(targets), pyproject)
+    return found
+
+
+def _one_target_an_output(found: list[Job], names: list[str], pyproject: Path) -> None:
+    """Two targets writing one module: the second would replace the first, and --check would call one stale."""
+    seen: dict[str, str] = {}
+    for name, job in zip(names, found):
+        where = os.path.normcase(Path(job.output).resolve())
+        if where in seen:
+            raise OrsgenError(f"{pyproject}: targets {seen[where]} and {name} both write {job.output}: give each "
+                              "its own output")
+        seen[where] = name
 
 
 def _job(name: str, spec: Any, base: Path, shared: Any, pyproject: Path) -> Job:
@@ -222,13 +238,17 @@ def _job(name: str, spec: Any, base: Path, shared: Any, pyproject: Path) -> Job:
         if value is None:
             continue
         if option.kind is bool:
-            values[option.field] = bool(value)
+            if not isinstance(value, bool):  # bool("false") is True
+                raise OrsgenError(f"{where}: {option.name} must be true or false, not {value!r}")
+            values[option.field] = value
         elif option.kind is list:
             if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
                 raise OrsgenError(f"{where}: {option.name} must be a list of names")
             values[option.field] = tuple(value)
+        elif not isinstance(value, str) and not (option.name == "task-tools-from" and type(value) is int):
+            raise OrsgenError(f"{where}: {option.name} must be a string, not {value!r}")
         elif option.kind is Path:
-            values[option.field] = base / value
+            values[option.field] = base / str(value)
         else:
             values[option.field] = str(value)
     return Job(target=target, output=base / spec["output"], root=base, **values)

@@ -74,8 +74,7 @@ def _is_adapter(base: ast.expr) -> bool:
 
 def tool_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     """Lines like `+ tool: added`, `- tool: removed`, `~ tool: argument path: type changed`, per argument."""
-    before = {t["name"]: t for t in old.get("tools", []) if isinstance(t, dict)}
-    after = {t["name"]: t for t in new.get("tools", []) if isinstance(t, dict)}
+    before, after = _by_name(old.get("tools")), _by_name(new.get("tools"))  # old: perhaps edited by hand
     lines = [f"+ {name}: added" for name in after if name not in before]
     lines += [f"- {name}: removed" for name in before if name not in after]
     for name, tool in after.items():
@@ -86,6 +85,11 @@ def tool_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
         if key != "tools" and old.get(key) != new.get(key):
             lines.append(f"~ {key}: {_short(old.get(key))} -> {_short(new.get(key))}")
     return lines
+
+
+def _by_name(tools: Any) -> dict[str, dict[str, Any]]:
+    listed = tools if isinstance(tools, list) else []
+    return {t["name"]: t for t in listed if isinstance(t, dict) and isinstance(t.get("name"), str)}
 
 
 def _tool_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:

@@ -15,6 +15,7 @@ import keyword
 import os
 import sys
 import traceback
+import urllib.parse
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -47,8 +48,9 @@ class Mode:
 def run(job: Job, mode: Mode) -> tuple[int, model.Adapter | None]:
     """Generate, check or report one job: (exit status, its adapter if it belongs in a bundle)."""
     validate(job)
+    job = replace(job, output=write.followed(job.output))  # a symlinked module: its file, under its own name
     source, snap, job = snapshot(job)
-    text, adapter = build(source, snap, job)
+    text, adapter = _built(source, snap, job)
     for warning in adapter.warnings():
         print(f"orsgen: warning: {warning}", file=sys.stderr)
     if mode.report:
@@ -60,9 +62,10 @@ def run(job: Job, mode: Mode) -> tuple[int, model.Adapter | None]:
         if job.pin_tasks and not job.offline:  # offline: the tasks are the server's, not this orsgen's
             status = max(status, check.tasks(tasks_path(job.output), pinned_tasks(job, source, snap)))
         return status, adapter
-    write.emit(job.output, text, summary(adapter))
-    if job.pin_tasks and not job.offline:
-        tasks = pinned_tasks(job, source, snap)
+    # The tasks first: a server that fails (or a Ctrl-C) then leaves the module and its task list as they were.
+    tasks = pinned_tasks(job, source, snap) if job.pin_tasks and not job.offline else None
+    write.emit(job.output, text, summary(adapter), generated=True)
+    if tasks is not None:
         write.emit(tasks_path(job.output), tasks,
                    ", ".join(f"{len(v)} {k} tasks" for k, v in json.loads(tasks)["splits"].items()))
     unread = [name for name, why in adapter.skipped if why.startswith(model.UNREADABLE)]
@@ -81,6 +84,11 @@ def validate(job: Job) -> None:
         raise OrsgenError(f"{job.output}: {stem!r} is not an importable module name (use {fix}.py)")
     if job.templates is not None:
         check_templates(job.templates)
+    url = urllib.parse.urlsplit(job.target) if job.target.startswith(("http://", "https://")) else None
+    if url is not None and (url.username or url.password):  # said without them: the password is not echoed
+        shown = url._replace(netloc=url.netloc.rpartition("@")[2]).geturl()
+        raise OrsgenError(f"TARGET {shown} has a user name or password in it, which the module would pin: give the "
+                          "URL without it (an API key goes in OPENREWARD_API_KEY, secrets in --secret NAME)")
 
 
 def is_module(target: str) -> bool:
@@ -151,8 +159,18 @@ def probe(job: Job, require_task_tools: bool = True) -> Probe:
             print(f"orsgen: warning: --secret {name}: the openreward SDK sends the API key as the secret {name}, "
                   "replacing yours, at generation and at run time; pass the value as OPENREWARD_API_KEY (or the "
                   "adapter's api_key=) instead", file=sys.stderr)
+    api_key_usable()
     secrets = {name: os.environ[name] for name in job.secret}
     return Probe(job.task_tools_from, job.task_tools_for_all, secrets, require_task_tools)
+
+
+def api_key_usable() -> None:
+    """An OPENREWARD_API_KEY no header can carry (a pasted newline, a space, a non-ASCII character) is refused
+    before a request: sent, it raises with the key in the message, and no server would accept it anyway."""
+    key = os.environ.get("OPENREWARD_API_KEY", "")
+    if key and not all("!" <= c <= "~" for c in key):
+        raise OrsgenError("OPENREWARD_API_KEY holds a space, a line break or a non-ASCII character (pasted with "
+                          "its newline?): set it to the key alone")
 
 
 def _as_named(job: Job, source: Source) -> Source:
@@ -170,6 +188,7 @@ def pinned_tasks(job: Job, source: Source, snap: dict[str, Any]) -> str:
     """The task list --pin-tasks writes beside the module, as text."""
     if source.url is None and "/" not in source.deployment:
         raise OrsgenError(f"--pin-tasks needs a server or catalog TARGET, not {job.target}")
+    api_key_usable()
     splits = [s if isinstance(s, str) else s.get("name") for s in snap.get("splits") or [source.split]]
     pinned = fetch_tasks(source, [s for s in splits if isinstance(s, str)])
     return json.dumps(pinned, ensure_ascii=False, indent=1, sort_keys=True) + "\n"
@@ -196,6 +215,18 @@ def _ranges(indices: list[int]) -> str:
     return shown + (f", ... ({len(indices)} tasks)" if len(indices) > 8 else "")
 
 
+def _built(source: Source, snap: dict[str, Any], job: Job) -> tuple[str, model.Adapter]:
+    """`build`, where a snapshot read back from a module (hand-edited into a shape no server answers) is one line."""
+    try:
+        return build(source, snap, job)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        if not (is_module(job.target) or job.offline):
+            raise
+        module = job.target if is_module(job.target) else job.output
+        raise OrsgenError(f"{module}: its SNAPSHOT cannot be read ({type(exc).__name__}: {exc}; edited by hand?): "
+                          "regenerate it from its server with the command in its header") from None
+
+
 def build(source: Source, snap: dict[str, Any], job: Job | None = None) -> tuple[str, model.Adapter]:
     """Stages 3-4: the model of a snapshot, and the module text it renders to."""
     job = job or Job("<tools>", Path("adapter.py"))
@@ -206,6 +237,8 @@ def build(source: Source, snap: dict[str, Any], job: Job | None = None) -> tuple
     adapter = model.build(snap["tools"], name, source.env, snap.get("task_tools"), snap.get("terminal_tool"), scoring)
     with template_errors(job.templates):
         text = render.module(adapter, source, snap, job)
+    if job.templates is not None:
+        pinned_by(text, snap, job.templates)
     twice = _bound_twice(text)
     if twice:
         raise OrsgenError(f"the module would bind {', '.join(twice)} twice (a class or tool name takes a name the "
@@ -219,7 +252,7 @@ def write_bundle(directory: Path, members: list[tuple[str, str]], mode: Mode, te
     text = bundle(members, templates)
     if mode.check:
         return check.module(path, text, mode.diff, pinned=False)
-    write.emit(path, text, f"environments {', '.join(name for name, _ in members)}")
+    write.emit(path, text, f"environments {', '.join(name for name, _ in members)}", generated=True)
     package = directory / "__init__.py"
     if not package.exists():  # a package, so that bundle.py's relative imports resolve (and type checkers follow)
         write.atomic(package, "")
@@ -257,6 +290,28 @@ def template_errors(template_dir: Path | None) -> Iterator[None]:
         line = " ".join(str(exc).split())
         origin = f"the templates in {template_dir}" if template_dir else "the built-in templates"
         raise OrsgenError(f"{origin} render invalid Python: {line[:200]}") from None
+    except OrsgenError:
+        raise
+    except UnicodeDecodeError as exc:  # a template file that is not UTF-8 text
+        raise OrsgenError(f"a template in {template_dir or 'the built-in templates'} is not UTF-8 text: {exc}") from None
+    except Exception as exc:  # an expression in a template that raised (`"%s" % (1, 2)`): named, not a traceback
+        frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename.endswith(".jinja")]
+        if not frames:
+            raise
+        raise OrsgenError(f"template {frames[-1].filename}, line {frames[-1].lineno}: {type(exc).__name__}: {exc}") from None
+
+
+def pinned_by(text: str, snap: dict[str, Any], template_dir: Path) -> None:
+    """A module from --templates must still carry what orsgen reads back (its snapshot, target and class): else
+    `--check` and regeneration from it could not read it."""
+    try:
+        found = pin.read_text(text, "the module")
+    except OrsgenError as exc:
+        raise OrsgenError(f"the templates in {template_dir} render a module orsgen cannot read back ({exc}): keep "
+                          "the built-in template's header, constants and SNAPSHOT") from None
+    if found.snapshot != snap:
+        raise OrsgenError(f"the templates in {template_dir} render a SNAPSHOT other than the environment's: keep "
+                          "the built-in template's SNAPSHOT")
 
 
 def _bound_twice(text: str) -> list[str]:

@@ -11,6 +11,7 @@ import contextlib
 import http.client
 import json
 import os
+import re
 import time
 import urllib.error
 import urllib.parse
@@ -201,11 +202,17 @@ class Server:
         return Failure(OrsgenError(self.scrub(text)))
 
     def scrub(self, text: str) -> str:
-        """Text without the API key or any secret's value, should a server echo one."""
-        for value in [self.api_key, *self.secrets.values()]:
-            if value:
-                text = text.replace(value, "***")
-        return text
+        """Text without the API key or any secret's value, should a server echo one: whole, cut short (an error
+        detail is shortened before this), or as the base64 X-Secrets header that carries them."""
+        values = [v for v in [self.api_key, *self.secrets.values()] if v]
+        if values:
+            values.append(secrets_header(self.secrets, self.api_key, self.base))
+        for value in values:
+            text = text.replace(value, "***")
+        return _TOKEN.sub(lambda m: "***" if any(m.group() in v for v in values) else m.group(), text)
+
+
+_TOKEN = re.compile(r"[A-Za-z0-9+/=_-]{8,}")  # a run that may be part of a key or of base64: masked if it is one
 
 
 def starting_budget() -> float:
