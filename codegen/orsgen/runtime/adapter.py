@@ -387,8 +387,7 @@ class Adapter:
             if wanted[id(other.pinned), key] > other.pinned.ahead.count(batch.tag, key):
                 opening = ahead.Planned(owner)
                 other.pinned.ahead.put(batch.tag, key, opening)
-                retry = other.pinned.ahead.repay(batch.tag, key)  # in place of a failed look-ahead attempt
-                loop.submit(_fill(opening, other._open(env, split, index, stream=batch.stream, first=int(retry))))
+                loop.submit(_fill(opening, other._open(env, split, index, stream=batch.stream)))
 
     def _open_next(self, batch: trl.Batch, after: list[ahead.Opening], owner: int | None) -> None:
         """Environment-owned data: open the next step's sessions while this step resets, generates and trains,

@@ -67,10 +67,8 @@ class Ahead:
             _holding.add(self)
 
     def count(self, tag: Tag, key: Hashable) -> int:
-        """Openings waiting for (tag, key) that may still give a session: one the look-ahead could not open (None)
-        gives none, so the batch opens another in its place at once rather than its reset opening one in line."""
         with self.lock:
-            return sum(not _gave_none(o) for o in self.waiting.get((tag, key), ()))
+            return len(self.waiting.get((tag, key), ()))
 
     def waiting_for(self, tag: Tag) -> list[Opening]:
         with self.lock:
@@ -128,7 +126,3 @@ class Ahead:
     def _held(self) -> None:  # under self.lock
         if not self.waiting:
             _holding.discard(self)
-
-
-def _gave_none(opening: Opening) -> bool:
-    return opening.done() and not opening.cancelled() and opening.exception() is None and opening.result() is None
