@@ -146,6 +146,10 @@ def _release(token: int) -> None:
         _end_in_background(None, left)
 
 
+_AHEAD_WORDS: dict[str, bool | str] = {"0": False, "false": False, "no": False, "off": False, "1": True, "true": True,
+                                       "yes": True, "on": True, "next-step": "next-step"}
+
+
 def _transient(exc: BaseException) -> bool:
     """Worth another attempt: transport errors, timeouts, 5xx, 408 and 429; not a 4xx the request itself caused."""
     code = client.status(exc)
@@ -254,6 +258,7 @@ class Adapter:
         try:
             if row.get("split"):  # a row of a split the module did not pin: every episode would go unscored
                 self.pinned.refuse_split(split, f"{type(self).__name__}.reset(split={split!r})")
+            self._check_settings()  # refused here, in one line, not as every episode failing to start
             env = self._environment()
             where = trl.place(self, row)
             self._in_batch = where.batch is not None
@@ -311,6 +316,18 @@ class Adapter:
         self._emit_end(value)
         return value
 
+    def _check_settings(self) -> None:
+        """ValueError, one line, for a setting no episode could start with: a bad ORSGEN_*_TIMEOUT, open-ahead mode,
+        `start_retries` or `start_failures` (values of another type: a tool of that name shadows the setting)."""
+        client.check_timeouts()
+        self._ahead_mode()
+        name = type(self).__name__
+        retries, failures = self.start_retries, self.start_failures
+        if isinstance(retries, int) and retries < 0:
+            raise ValueError(f"{name}.start_retries = {retries}: 0 or more further attempts at a failed start")
+        if isinstance(failures, str) and failures not in ("skip", "raise"):
+            raise ValueError(f"{name}.start_failures = {failures!r}: 'skip' or 'raise'")
+
     def _environment(self) -> AsyncEnvironment:
         if self._env is None:
             self._env = self.pinned.environment(self._url, self._api_key)
@@ -334,9 +351,20 @@ class Adapter:
     # -- sessions opened ahead (ahead.py) ------------------------------------------------------------------------
 
     def _ahead_mode(self) -> bool | str:
-        """`open_ahead`, or ORSGEN_OPEN_AHEAD (0, 1, next-step) when set."""
+        """`open_ahead`, or ORSGEN_OPEN_AHEAD (0/false/no/off, 1/true/yes/on, next-step) when set; any other value
+        is refused in one line ("false" or "off" must not turn it on, nor "next_step" engage it halfway)."""
         value = os.environ.get("ORSGEN_OPEN_AHEAD")
-        return self.open_ahead if value is None else {"0": False, "1": True}.get(value, value)
+        if value is None:
+            mode = self.open_ahead
+            if isinstance(mode, bool) or mode == "next-step":
+                return mode
+            if not isinstance(mode, str):  # a tool of that name shadows it (a module generated before the setting)
+                return Adapter.open_ahead
+            raise ValueError(f"{type(self).__name__}.open_ahead = {mode!r}: one of True, False, 'next-step'")
+        word = value.strip().lower()
+        if word in _AHEAD_WORDS:
+            return _AHEAD_WORDS[word]
+        raise ValueError(f"ORSGEN_OPEN_AHEAD={value!r}: one of 0 (off), 1 (on), next-step")
 
     def _opens_ahead(self) -> bool:
         return self._ahead_mode() is not False

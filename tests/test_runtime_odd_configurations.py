@@ -1,0 +1,128 @@
+"""The runtime under odd configurations, against live SDK servers: a group whose first rollout's tool raised is
+still scored (on a session the environment did not end); timeouts, open-ahead modes and start settings no episode
+could start with are refused in one line at the first reset, before any request, while the spellings of "off" turn
+open-ahead off; environment-owned data of a module whose task list is pinned opens only pinned tasks."""
+
+import json
+
+import pytest
+
+from tests.harness import servers
+from tests.harness.generation import in_process, load
+
+COUNTING = {"ORSGEN_COUNT_REQUESTS": "1"}
+
+
+@pytest.fixture(autouse=True)
+def _close_what_a_test_left_open():
+    yield
+    from orsgen.runtime import close_all
+
+    close_all()
+
+
+@pytest.fixture(scope="module")
+def brittle(tmp_path_factory):
+    """(server, module) of tests.envs.brittle:Brittle (train: 4 tasks), served with request logging."""
+    with servers.running("tests.envs.brittle:Brittle", env=COUNTING) as server:
+        out = tmp_path_factory.mktemp("brittle") / "brittle_odd.py"
+        made = in_process(server.url, "-o", str(out))
+        assert made.returncode == 0, made.stderr
+        yield server, load(out)
+
+
+def _creates(server) -> int:
+    return server.requests().get("POST /brittle/create", 0)
+
+
+# -- group scoring ---------------------------------------------------------------------------------------------------
+
+
+def test_a_group_whose_first_rollouts_tool_raised_is_scored_on_a_session_the_environment_did_not_end(tmp_path):
+    from orsgen.runtime import client, groups
+
+    with servers.running("tests.envs.judged_crash:JudgedCrash", env=COUNTING) as server:
+        out = tmp_path / "judged_crash.py"
+        assert in_process(server.url, "-o", str(out)).returncode == 0
+        mod = load(out)
+        envs = [mod.Judgedcrash() for _ in range(3)]
+        for env in envs:
+            env.reset(task_index=0)
+        with pytest.raises(Exception, match="the environment ended the session"):
+            envs[0].crash()  # the SDK marks this rollout's session dead
+        envs[1].answer(text="Paris")
+        envs[2].answer(text="Rome")
+        server.requests()
+        prompt = [{"role": "user", "content": "Task 0"}]
+        answers = ["paris!", "Paris", "Rome"]
+        completions = [[{"role": "assistant", "content": "", "tool_calls": [
+            {"type": "function", "function": {"name": "answer", "arguments": {"text": a}}}]}] for a in answers]
+        scores = client.loop().submit(
+            groups._score(envs, [prompt] * 3, completions, mod.MESSAGE_BLOCK_TYPES)).result(timeout=60)
+        assert server.requests().get("POST /judgedcrash/score_group") == 1  # posted, on a live session
+        assert scores == [0.5, 1.0, 0.25]  # the crashed rollout started: it is judged with the others
+
+
+# -- settings no episode could start with -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("variable", "value"), [
+    ("ORSGEN_RESET_TIMEOUT", "abc"), ("ORSGEN_RESET_TIMEOUT", "0"), ("ORSGEN_RESET_TIMEOUT", "-5"),
+    ("ORSGEN_RESET_TIMEOUT", "nan"), ("ORSGEN_TOOL_TIMEOUT", "inf"), ("ORSGEN_CLOSE_TIMEOUT", "ten"),
+    ("ORSGEN_OPEN_AHEAD", "next_step"), ("ORSGEN_OPEN_AHEAD", "maybe"),
+])
+def test_a_bad_variable_is_refused_in_one_line_at_the_first_reset_before_any_request(brittle, monkeypatch,
+                                                                                      variable, value):
+    server, mod = brittle
+    env = mod.Brittle()
+    _creates(server)
+    with monkeypatch.context() as patched, pytest.raises(ValueError) as refused:
+        patched.setenv(variable, value)  # undone before close_all, which reads ORSGEN_CLOSE_TIMEOUT too
+        env.reset(task_index=0)
+    assert str(refused.value).startswith(f"{variable}={value!r}: ") and "\n" not in str(refused.value)
+    assert _creates(server) == 0  # not a failed start (an unscored episode): nothing was requested
+
+
+@pytest.mark.parametrize(("value", "mode"), [("false", False), ("OFF", False), ("no", False), ("0", False),
+                                             ("yes", True), ("true", True), ("1", True), ("next-step", "next-step")])
+def test_the_spellings_of_off_turn_open_ahead_off_and_those_of_on_turn_it_on(brittle, monkeypatch, value, mode):
+    _, mod = brittle
+    monkeypatch.setenv("ORSGEN_OPEN_AHEAD", value)
+    assert mod.Brittle()._ahead_mode() == mode
+
+
+@pytest.mark.parametrize(("setting", "value", "says"), [
+    ("start_retries", -1, "Brittle.start_retries = -1: 0 or more"),
+    ("start_failures", "error", "Brittle.start_failures = 'error': 'skip' or 'raise'"),
+    ("open_ahead", "next_step", "Brittle.open_ahead = 'next_step': one of True, False, 'next-step'"),
+])
+def test_a_start_setting_no_episode_could_start_with_is_refused_at_the_first_reset(brittle, setting, value, says):
+    server, mod = brittle
+    odd = type("Brittle", (mod.Brittle,), {setting: value})
+    _creates(server)
+    with pytest.raises(ValueError, match="^" + says.replace("(", r"\(")):
+        odd().reset(task_index=0)
+    assert _creates(server) == 0
+
+
+# -- a pinned task list -----------------------------------------------------------------------------------------------
+
+
+def test_environment_owned_resets_of_a_pinned_module_open_only_its_pinned_tasks(tmp_path):
+    """The server's split grew since the module pinned it (4 tasks now, 2 pinned): the task order is the pinned
+    list's, so no reset opens a task outside it."""
+    with servers.running("tests.envs.brittle:Brittle", env=COUNTING) as server:
+        out = tmp_path / "brittle_pinned.py"
+        assert in_process(server.url, "-o", str(out), "--pin-tasks").returncode == 0
+        tasks_file = tmp_path / "brittle_pinned.tasks.json"
+        pinned = json.loads(tasks_file.read_text(encoding="utf-8"))
+        pinned["splits"]["train"] = pinned["splits"]["train"][:2]
+        tasks_file.write_text(json.dumps(pinned), encoding="utf-8")
+        mod = load(out)
+        opened = set()
+        for seed in range(12):
+            env = type("Brittle", (mod.Brittle,), {"task_seed": seed})()
+            opened.add((env.reset(), env.task_index))
+            env._close(wait=True)
+        assert opened <= {("brittle task 0", 0), ("brittle task 1", 1)}, opened  # what the server served
+        assert len(opened) == 2  # both pinned tasks are reached
