@@ -126,3 +126,32 @@ def test_environment_owned_resets_of_a_pinned_module_open_only_its_pinned_tasks(
             env._close(wait=True)
         assert opened <= {("brittle task 0", 0), ("brittle task 1", 1)}, opened  # what the server served
         assert len(opened) == 2  # both pinned tasks are reached
+
+
+# -- open_in_background with unscored_reward ---------------------------------------------------------------------------
+
+
+def test_an_episode_opened_in_the_background_and_never_called_is_settled_before_its_reward_is_read(brittle):
+    """unscored_reward is for episodes that started and no tool scored: one that did not start, or whose live prompt
+    differed, gives None from get_reward() and the reward functions, even when no tool call settled its start."""
+    from orsgen.runtime import hooks, rewards
+
+    server, mod = brittle
+    background = type("Brittle", (mod.Brittle,), {"open_in_background": True, "unscored_reward": 0.0})
+    ends = []
+    hooks.add("episode_end", ends.append)
+    try:
+        stale, missing, finished, plain = background(), background(), background(), background()
+        assert stale.reset(task_index=0, task_prompt="an older prompt") == "an older prompt"
+        missing.reset(task_index=99, task_prompt="brittle task 99")  # the server refuses the index: never started
+        finished.reset(task_index=99, task_prompt="brittle task 99")
+        plain.reset(task_index=1, task_prompt="brittle task 1")
+        assert stale.get_reward() is None and stale.prompt_mismatch == "brittle task 0"
+        assert missing.get_reward() is None
+        assert rewards.finished_reward([finished]) == [None]
+        assert plain.get_reward() == 0.0  # started, no tool scored it: unscored_reward
+    finally:
+        hooks.remove("episode_end", ends.append)
+    assert [e.reason for e in ends] == ["stale_prompt", "not_started", "not_started", "no_tool_scored"]
+    creates = [c for c in server.creates() if c["body"].get("index") == 99]
+    assert len(creates) == 2 and all(c["status"] >= 400 for c in creates)  # the two starts the server refused

@@ -309,6 +309,7 @@ class Adapter:
         """The last reward a tool returned in this episode. An episode no tool scored gives ``unscored_reward``
         (None: GRPO leaves it out of its group's baseline); one that could not start, or that one of this module's
         reward functions already counted, gives None: a reward is never counted twice."""
+        self._settle_unused()
         if self._reward_claimed or self._void is not None:
             value = None
         else:
@@ -601,6 +602,12 @@ class Adapter:
         self._emit_start(live, self._began)
         return session
 
+    def _settle_unused(self) -> None:
+        """A session opened in the background that no tool call settled is settled before its reward is read: one
+        that did not start, or whose live prompt differed, gives None, never `unscored_reward`."""
+        if self._opening is not None and self._expected is not None:
+            self._settle(self._opening)
+
     def _usable(self, name: str, session: AsyncSession | None) -> AsyncSession:
         if self._void is not None:
             raise ToolError(f"{name}: this episode is not scored: {self._void}")
@@ -633,6 +640,7 @@ class Adapter:
         return content(output.blocks)
 
     def _claim(self, value: float | None) -> float | None:
+        self._settle_unused()
         self._reward_claimed = True
         value = None if self._void is not None else value
         self._emit_end(value)
