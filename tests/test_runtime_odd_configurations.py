@@ -155,3 +155,36 @@ def test_an_episode_opened_in_the_background_and_never_called_is_settled_before_
     assert [e.reason for e in ends] == ["stale_prompt", "not_started", "not_started", "no_tool_scored"]
     creates = [c for c in server.creates() if c["body"].get("index") == 99]
     assert len(creates) == 2 and all(c["status"] >= 400 for c in creates)  # the two starts the server refused
+
+
+# -- a server that restarts -------------------------------------------------------------------------------------------
+
+
+def test_a_session_the_restarted_server_no_longer_has_ends_its_episode_and_later_calls_send_nothing(tmp_path):
+    from orsgen.runtime import ToolError
+
+    server = servers.start("tests.envs.brittle:Brittle", env=COUNTING)
+    try:
+        port = int(server.url.rsplit(":", 1)[1])
+        out = tmp_path / "restarted.py"
+        assert in_process(server.url, "-o", str(out)).returncode == 0
+        mod = load(out)
+        env = mod.Brittle()
+        assert env.reset(task_index=0) == "brittle task 0"
+        server.kill()
+        server = servers.start("tests.envs.brittle:Brittle", port=port, env=COUNTING)
+        server.requests()  # the harness's health checks
+        with pytest.raises(ToolError) as first:
+            env.score()
+        assert "HTTP 404" in str(first.value) and str(first.value).endswith("the episode is over")
+        assert env.finished and env.get_reward() is None
+        assert server.requests() == {"POST /brittle/call": 1}
+        with pytest.raises(ToolError, match="the environment ended this episode's session"):
+            env.score()
+        assert "POST /brittle/call" not in server.requests()  # refused here: the server was not asked again
+        assert env.reset(task_index=1) == "brittle task 1" and env.score() == "scored"
+    finally:
+        from orsgen.runtime import close_all
+
+        close_all()
+        server.kill()

@@ -620,14 +620,19 @@ class Adapter:
 
     def _failed(self, name: str, session: AsyncSession, exc: BaseException) -> ToolError:
         """The ToolError of a failed call. A tool that raised, or a session the server dropped, ends the session
-        (the SDK closes it and refuses every later call): the episode is then finished, and says so."""
+        (the SDK closes it and refuses every later call); so does a 404, a server that no longer has the session
+        (it restarted, or reaped it): the episode is then finished, and says so."""
         from openreward.api.errors import SessionTerminatedError, ToolFailed
 
         error = _tool_error(name, exc)
-        if not isinstance(exc, (ToolFailed, SessionTerminatedError)):
+        if isinstance(exc, (ToolFailed, SessionTerminatedError)):
+            why = "the environment ended the session"
+        elif client.status(exc) == 404:
+            why = "the environment no longer has the session (it restarted, or ended it)"
+        else:
             return error
         self._gone, self.finished = (session, str(error)), True
-        return ToolError(_short(f"{error}; the environment ended the session: the episode is over"))
+        return ToolError(_short(f"{error}; {why}: the episode is over"))
 
     def _record(self, output: Any) -> Any:
         self.last_output = output
