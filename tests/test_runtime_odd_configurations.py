@@ -188,3 +188,21 @@ def test_a_session_the_restarted_server_no_longer_has_ends_its_episode_and_later
 
         close_all()
         server.kill()
+
+
+# -- a tool returning images Pillow cannot read -----------------------------------------------------------------------
+
+
+def test_a_tool_result_holding_an_image_pillow_cannot_read_reaches_the_model_as_a_result_not_a_failure(tmp_path):
+    """The environment ran the tool and scored it: the model is told so, with a text part where the image was."""
+    with servers.running("tests.envs.sketchy:Sketchy", env=COUNTING) as server:
+        out = tmp_path / "sketchy.py"
+        assert in_process(server.url, "-o", str(out)).returncode == 0
+        mod = load(out)
+        env = mod.Sketchy()
+        env.reset(task_index=0)
+        assert env.sketch() == [{"type": "text", "text": "a sketch"},
+                                {"type": "text", "text": "[an image (image/svg+xml) that could not be decoded]"}]
+        assert env.noise() == [{"type": "text", "text": "[an image (image/png) that could not be decoded]"}]
+        assert env.rewards == [1.0, 0.5] and env.get_reward() == 0.5
+        assert server.requests()["POST /sketchy/call"] == 2
