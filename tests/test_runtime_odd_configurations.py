@@ -206,3 +206,22 @@ def test_a_tool_result_holding_an_image_pillow_cannot_read_reaches_the_model_as_
         assert env.noise() == [{"type": "text", "text": "[an image (image/png) that could not be decoded]"}]
         assert env.rewards == [1.0, 0.5] and env.get_reward() == 0.5
         assert server.requests()["POST /sketchy/call"] == 2
+
+
+# -- unscored_reward with the module's reward functions ---------------------------------------------------------------
+
+
+def test_the_reward_functions_give_unscored_reward_as_get_reward_does_and_never_to_an_episode_that_did_not_start(
+        brittle):
+    from orsgen.runtime import rewards
+
+    _, mod = brittle
+    failing = type("Brittle", (mod.Brittle,), {"unscored_reward": 0.0})
+    for reward in (rewards.outcome_reward, rewards.total_reward):
+        unscored, scored, broken = failing(), failing(), failing()
+        unscored.reset(task_index=0)
+        scored.reset(task_index=1)
+        scored.score()
+        broken.reset(task_index=99)  # refused by the server: never started
+        assert reward(environments=[unscored, scored, broken]) == [0.0, 1.0, None], reward.__name__
+        assert [e.get_reward() for e in (unscored, scored, broken)] == [None, None, None]  # counted once

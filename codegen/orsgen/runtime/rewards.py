@@ -12,13 +12,19 @@ from orsgen.runtime.errors import ToolError
 
 
 def outcome_reward(environments: Sequence[Adapter], **kwargs: Any) -> list[float | None]:
-    """The last reward a tool gave in each episode (None: unscored)."""
-    return [env._claim(env.reward) for env in environments]
+    """The last reward a tool gave in each episode (unscored: `unscored_reward`, None by default)."""
+    return [env._claim(_or_unscored(env, env.reward)) for env in environments]
 
 
 def total_reward(environments: Sequence[Adapter], **kwargs: Any) -> list[float | None]:
-    """The sum of every step's reward (None when no step was scored)."""
-    return [env._claim(_total(env.rewards)) for env in environments]
+    """The sum of every step's reward (no step scored: `unscored_reward`, None by default)."""
+    return [env._claim(_or_unscored(env, _total(env.rewards))) for env in environments]
+
+
+def _or_unscored(env: Adapter, value: float | None) -> float | None:
+    """An episode no tool scored gives the adapter's `unscored_reward`, as from get_reward() (one that did not
+    start stays None: `_claim`)."""
+    return env.unscored_reward if value is None else value
 
 
 def _total(rewards: list[float | None]) -> float | None:
@@ -27,8 +33,8 @@ def _total(rewards: list[float | None]) -> float | None:
 
 
 def finished_reward(environments: Sequence[Adapter], **kwargs: Any) -> list[float | None]:
-    """The outcome of episodes that finished; 0.0 for episodes that did not."""
-    return [env._claim(env.reward if env.finished else 0.0) for env in environments]
+    """The outcome of episodes that finished (none scored: `unscored_reward`); 0.0 for episodes that did not."""
+    return [env._claim(_or_unscored(env, env.reward) if env.finished else 0.0) for env in environments]
 
 
 def shaped_reward(shape: Callable[[Adapter], float | None], name: str = "shaped_reward") -> Any:
@@ -57,5 +63,5 @@ def terminal_reward(
             env._call(tool["name"], {arg: final if isinstance(final, str) else str(final)} if arg else {})
         except ToolError:
             pass  # the episode keeps what it had (or stays unscored)
-        scores.append(env._claim(env.reward))
+        scores.append(env._claim(_or_unscored(env, env.reward)))
     return scores
