@@ -95,6 +95,7 @@ def test_the_spellings_of_off_turn_open_ahead_off_and_those_of_on_turn_it_on(bri
     ("start_retries", -1, "Brittle.start_retries = -1: 0 or more"),
     ("start_failures", "error", "Brittle.start_failures = 'error': 'skip' or 'raise'"),
     ("open_ahead", "next_step", "Brittle.open_ahead = 'next_step': one of True, False, 'next-step'"),
+    ("task_seed", "7", "Brittle.task_seed = '7': an int"),
 ])
 def test_a_start_setting_no_episode_could_start_with_is_refused_at_the_first_reset(brittle, setting, value, says):
     server, mod = brittle
