@@ -318,7 +318,7 @@ class Adapter:
         return value
 
     def _check_settings(self) -> None:
-        """ValueError, one line, for a setting no episode could start with: a bad ORSGEN_*_TIMEOUT, open-ahead mode,
+        """ValueError (TypeError), one line, for a setting no episode could start with: a bad ORSGEN_*_TIMEOUT, open-ahead mode,
         `start_retries`, `start_failures` or `task_seed` (values of another type: a tool of that name shadows it)."""
         client.check_timeouts()
         self._ahead_mode()
@@ -329,7 +329,7 @@ class Adapter:
         if isinstance(failures, str) and failures not in ("skip", "raise"):
             raise ValueError(f"{name}.start_failures = {failures!r}: 'skip' or 'raise'")
         if isinstance(self.task_seed, (str, bytes)):  # read from a config or the environment, unconverted
-            raise ValueError(f"{name}.task_seed = {self.task_seed!r}: an int (the seed of the task order)")
+            raise TypeError(f"{name}.task_seed = {self.task_seed!r}: an int (the seed of the task order)")
 
     def _environment(self) -> AsyncEnvironment:
         if self._env is None:
