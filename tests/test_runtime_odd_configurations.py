@@ -226,3 +226,22 @@ def test_the_reward_functions_give_unscored_reward_as_get_reward_does_and_never_
         broken.reset(task_index=99)  # refused by the server: never started
         assert reward(environments=[unscored, scored, broken]) == [0.0, 1.0, None], reward.__name__
         assert [e.get_reward() for e in (unscored, scored, broken)] == [None, None, None]  # counted once
+
+
+# -- hooks ------------------------------------------------------------------------------------------------------------
+
+
+def test_a_hook_for_an_adapter_instance_or_a_name_is_refused_at_add_not_at_every_start_and_call(brittle):
+    """`env=` is checked at each event outside the listener's guard: an instance there would make every start fail
+    (the episode unscored) and every tool call raise."""
+    from orsgen.runtime import hooks
+
+    server, mod = brittle
+    env = mod.Brittle()
+    for wrong in (env, "Brittle"):
+        with pytest.raises(TypeError, match=r"^hooks.add\('session_open', ..., env="):
+            hooks.add("session_open", print, wrong)
+    with pytest.raises(TypeError, match="is not callable"):
+        hooks.add("tool_call", "print")
+    assert not hooks.wanted("session_open") and not hooks.wanted("tool_call")
+    assert env.reset(task_index=0) == "brittle task 0" and env.score() == "scored" and env.get_reward() == 1.0
