@@ -238,6 +238,7 @@ def test_a_hook_for_an_adapter_instance_or_a_name_is_refused_at_add_not_at_every
 
     server, mod = brittle
     env = mod.Brittle()
+    server.requests()
     for wrong in (env, "Brittle"):
         with pytest.raises(TypeError, match=r"^hooks.add\('session_open', ..., env="):
             hooks.add("session_open", print, wrong)
@@ -245,3 +246,4 @@ def test_a_hook_for_an_adapter_instance_or_a_name_is_refused_at_add_not_at_every
         hooks.add("tool_call", "print")
     assert not hooks.wanted("session_open") and not hooks.wanted("tool_call")
     assert env.reset(task_index=0) == "brittle task 0" and env.score() == "scored" and env.get_reward() == 1.0
+    assert server.requests()["POST /brittle/create"] == 1  # one start, on the first attempt
