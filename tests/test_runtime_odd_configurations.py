@@ -249,3 +249,32 @@ def test_a_hook_for_an_adapter_instance_or_a_name_is_refused_at_add_not_at_every
     assert not hooks.wanted("session_open") and not hooks.wanted("tool_call")
     assert env.reset(task_index=0) == "brittle task 0" and env.score() == "scored" and env.get_reward() == 1.0
     assert _creates(server) > 0  # the start reached the server and worked
+
+
+# -- TRL's multi-environment mode with an environment of another kind -------------------------------------------------
+
+
+class _OwnEnvironment:
+    """A user's own TRL environment beside the module's in `environment_factory={...}`."""
+
+    def reset(self, **row):
+        return "my own task"
+
+    def get_reward(self):
+        return 0.75
+
+
+def test_the_reward_functions_give_an_environment_of_another_kind_none_not_an_attribute_error(brittle):
+    from orsgen.runtime import rewards
+
+    server, mod = brittle
+    ours, theirs = mod.Brittle(), _OwnEnvironment()
+    ours.reset(task_index=0)
+    ours.score()
+    shaped = rewards.shaped_reward(lambda env: env.reward)
+    for reward in (rewards.outcome_reward, rewards.total_reward, rewards.finished_reward, shaped):
+        ours._reward_claimed = False
+        assert reward(environments=[theirs, ours]) == [None, 0.0 if reward is rewards.finished_reward else 1.0]
+    server.requests()
+    assert rewards.terminal_reward({"name": "score", "arg": None}, ["done", "done"], [theirs, ours]) == [None, 1.0]
+    assert server.requests()["POST /brittle/call"] == 1  # sent for the module's rollout only
