@@ -278,3 +278,34 @@ def test_the_reward_functions_give_an_environment_of_another_kind_none_not_an_at
     server.requests()
     assert rewards.terminal_reward({"name": "score", "arg": None}, ["done", "done"], [theirs, ours]) == [None, 1.0]
     assert server.requests()["POST /brittle/call"] == 1  # sent for the module's rollout only
+
+
+# -- open_in_background against tools that drifted --------------------------------------------------------------------
+
+
+def test_drifted_tools_stop_an_episode_opened_in_the_background_as_loudly_as_one_opened_in_line(tmp_path):
+    """In line, DriftError leaves reset(); in the background it was an unscored episode (a warning, every run on):
+    the first tool call raises it and so does the reward read, which TRL does not catch."""
+    from orsgen.runtime import DriftError
+
+    port = servers.free_port()
+    server = servers.start("tests.envs.drift:Drift", port=port, env={"DRIFT_VARIANT": "a"})
+    try:
+        out = tmp_path / "drifted.py"
+        assert in_process(server.url, "-o", str(out)).returncode == 0
+        server.kill()
+        server = servers.start("tests.envs.drift:Drift", port=port, env={"DRIFT_VARIANT": "b", **COUNTING})
+        mod = load(out)
+        background = type("Drift", (mod.Drift,), {"open_in_background": True})
+        env = background()
+        assert env.reset(task_index=0, task_prompt="task 0") == "task 0"
+        with pytest.raises(DriftError, match="differ from those pinned"):
+            env.say(text="hi")
+        with pytest.raises(DriftError, match="differ from those pinned"):
+            env.get_reward()
+        assert "POST /drift/call" not in server.requests()  # nothing was called on the drifted tools
+    finally:
+        from orsgen.runtime import close_all
+
+        close_all()
+        server.kill()

@@ -585,13 +585,16 @@ class Adapter:
 
     def _settle(self, opening: concurrent.futures.Future[Any]) -> AsyncSession | None:
         """The session opened in the background (the first call waits, bounded); a failure or a stale prompt voids
-        the episode."""
+        the episode; tools that drifted from the module's raise DriftError, as an in-line start does."""
         if self._opening is not opening:  # settled by a concurrent call
             return self._session
         self._opening = None
         try:
             session, live = opening.result(timeout=client.timeout("reset"))
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
+            if isinstance(exc, DriftError):  # as loud as in line: kept, so the reward read raises it too (TRL
+                self._opening = opening      # shows a tool's exception to the model, but not get_reward's)
+                raise
             if isinstance(exc, concurrent.futures.TimeoutError):
                 _end_in_background(None, opening)  # closed once it does open
             self._emit_start(self._start_failed(self._episode_split, self.task_index or 0, exc), self._began)
