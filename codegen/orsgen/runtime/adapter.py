@@ -146,6 +146,10 @@ def _release(token: int) -> None:
         _end_in_background(None, left)
 
 
+_AHEAD_WORDS: dict[str, bool | str] = {"0": False, "false": False, "no": False, "off": False, "1": True, "true": True,
+                                       "yes": True, "on": True, "next-step": "next-step"}
+
+
 def _transient(exc: BaseException) -> bool:
     """Worth another attempt: transport errors, timeouts, 5xx, 408 and 429; not a 4xx the request itself caused."""
     code = client.status(exc)
@@ -254,6 +258,7 @@ class Adapter:
         try:
             if row.get("split"):  # a row of a split the module did not pin: every episode would go unscored
                 self.pinned.refuse_split(split, f"{type(self).__name__}.reset(split={split!r})")
+            self._check_settings()  # refused here, in one line, not as every episode failing to start
             env = self._environment()
             where = trl.place(self, row)
             self._in_batch = where.batch is not None
@@ -304,12 +309,27 @@ class Adapter:
         """The last reward a tool returned in this episode. An episode no tool scored gives ``unscored_reward``
         (None: GRPO leaves it out of its group's baseline); one that could not start, or that one of this module's
         reward functions already counted, gives None: a reward is never counted twice."""
+        self._settle_unused()
         if self._reward_claimed or self._void is not None:
             value = None
         else:
             value = self.reward if self.reward is not None else self.unscored_reward
         self._emit_end(value)
         return value
+
+    def _check_settings(self) -> None:
+        """ValueError (TypeError), one line, for a setting no episode could start with: a bad ORSGEN_*_TIMEOUT, open-ahead mode,
+        `start_retries`, `start_failures` or `task_seed` (values of another type: a tool of that name shadows it)."""
+        client.check_timeouts()
+        self._ahead_mode()
+        name = type(self).__name__
+        retries, failures = self.start_retries, self.start_failures
+        if isinstance(retries, int) and retries < 0:
+            raise ValueError(f"{name}.start_retries = {retries}: 0 or more further attempts at a failed start")
+        if isinstance(failures, str) and failures not in ("skip", "raise"):
+            raise ValueError(f"{name}.start_failures = {failures!r}: 'skip' or 'raise'")
+        if isinstance(self.task_seed, (str, bytes)):  # read from a config or the environment, unconverted
+            raise TypeError(f"{name}.task_seed = {self.task_seed!r}: an int (the seed of the task order)")
 
     def _environment(self) -> AsyncEnvironment:
         if self._env is None:
@@ -334,9 +354,20 @@ class Adapter:
     # -- sessions opened ahead (ahead.py) ------------------------------------------------------------------------
 
     def _ahead_mode(self) -> bool | str:
-        """`open_ahead`, or ORSGEN_OPEN_AHEAD (0, 1, next-step) when set."""
+        """`open_ahead`, or ORSGEN_OPEN_AHEAD (0/false/no/off, 1/true/yes/on, next-step) when set; any other value
+        is refused in one line ("false" or "off" must not turn it on, nor "next_step" engage it halfway)."""
         value = os.environ.get("ORSGEN_OPEN_AHEAD")
-        return self.open_ahead if value is None else {"0": False, "1": True}.get(value, value)
+        if value is None:
+            mode = self.open_ahead
+            if isinstance(mode, bool) or mode == "next-step":
+                return mode
+            if not isinstance(mode, str):  # a tool of that name shadows it (a module generated before the setting)
+                return Adapter.open_ahead
+            raise ValueError(f"{type(self).__name__}.open_ahead = {mode!r}: one of True, False, 'next-step'")
+        word = value.strip().lower()
+        if word in _AHEAD_WORDS:
+            return _AHEAD_WORDS[word]
+        raise ValueError(f"ORSGEN_OPEN_AHEAD={value!r}: one of 0 (off), 1 (on), next-step")
 
     def _opens_ahead(self) -> bool:
         return self._ahead_mode() is not False
@@ -553,13 +584,16 @@ class Adapter:
 
     def _settle(self, opening: concurrent.futures.Future[Any]) -> AsyncSession | None:
         """The session opened in the background (the first call waits, bounded); a failure or a stale prompt voids
-        the episode."""
+        the episode; tools that drifted from the module's raise DriftError, as an in-line start does."""
         if self._opening is not opening:  # settled by a concurrent call
             return self._session
         self._opening = None
         try:
             session, live = opening.result(timeout=client.timeout("reset"))
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
+            if isinstance(exc, DriftError):  # as loud as in line: kept, so the reward read raises it too (TRL
+                self._opening = opening      # shows a tool's exception to the model, but not get_reward's)
+                raise
             if isinstance(exc, concurrent.futures.TimeoutError):
                 _end_in_background(None, opening)  # closed once it does open
             self._emit_start(self._start_failed(self._episode_split, self.task_index or 0, exc), self._began)
@@ -571,6 +605,12 @@ class Adapter:
             self._void = "the task's live prompt differs from the one in the dataset (prompt_mismatch holds it)"
         self._emit_start(live, self._began)
         return session
+
+    def _settle_unused(self) -> None:
+        """A session opened in the background that no tool call settled is settled before its reward is read: one
+        that did not start, or whose live prompt differed, gives None, never `unscored_reward`."""
+        if self._opening is not None and self._expected is not None:
+            self._settle(self._opening)
 
     def _usable(self, name: str, session: AsyncSession | None) -> AsyncSession:
         if self._void is not None:
@@ -584,14 +624,19 @@ class Adapter:
 
     def _failed(self, name: str, session: AsyncSession, exc: BaseException) -> ToolError:
         """The ToolError of a failed call. A tool that raised, or a session the server dropped, ends the session
-        (the SDK closes it and refuses every later call): the episode is then finished, and says so."""
+        (the SDK closes it and refuses every later call); so does a 404, a server that no longer has the session
+        (it restarted, or reaped it): the episode is then finished, and says so."""
         from openreward.api.errors import SessionTerminatedError, ToolFailed
 
         error = _tool_error(name, exc)
-        if not isinstance(exc, (ToolFailed, SessionTerminatedError)):
+        if isinstance(exc, (ToolFailed, SessionTerminatedError)):
+            why = "the environment ended the session"
+        elif client.status(exc) == 404:
+            why = "the environment no longer has the session (it restarted, or ended it)"
+        else:
             return error
         self._gone, self.finished = (session, str(error)), True
-        return ToolError(_short(f"{error}; the environment ended the session: the episode is over"))
+        return ToolError(_short(f"{error}; {why}: the episode is over"))
 
     def _record(self, output: Any) -> Any:
         self.last_output = output
@@ -604,6 +649,7 @@ class Adapter:
         return content(output.blocks)
 
     def _claim(self, value: float | None) -> float | None:
+        self._settle_unused()
         self._reward_claimed = True
         value = None if self._void is not None else value
         self._emit_end(value)

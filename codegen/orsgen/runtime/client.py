@@ -8,6 +8,7 @@ import atexit
 import concurrent.futures
 import contextlib
 import logging
+import math
 import os
 import threading
 from collections.abc import Callable, Coroutine
@@ -27,8 +28,26 @@ TIMEOUTS = {"reset": ("ORSGEN_RESET_TIMEOUT", 120.0), "tool": ("ORSGEN_TOOL_TIME
 
 
 def timeout(kind: str) -> float:
+    """The `kind` bound: its variable's value, else the default. A value that is not a finite number of seconds
+    above 0 is refused in one line: 0, a negative or 'nan' would time every request out at once (every start
+    failing, every episode unscored), 'inf' overflows the waits."""
     name, default = TIMEOUTS[kind]
-    return float(os.environ.get(name, default))
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not 0 < value < math.inf:
+        raise ValueError(f"{name}={raw!r}: a number of seconds above 0 is needed (default {default:g})")
+    return value
+
+
+def check_timeouts() -> None:
+    """Refuse a bad timeout variable where it is first read at an episode's start, not as a failed start."""
+    for kind in TIMEOUTS:
+        timeout(kind)
 
 
 def _last(exc: BaseException) -> BaseException:

@@ -16,14 +16,22 @@ def content(blocks: Sequence[Any]) -> Any:
         if block.type == "text":
             parts.append({"type": "text", "text": block.text})
         elif block.type == "image":
-            parts.append({"type": "image", "image": image(block.data, block.mimeType)})
+            picture = image(block.data, block.mimeType)
+            parts.append({"type": "image", "image": picture} if picture is not None else
+                         {"type": "text", "text": f"[an image ({block.mimeType}) that could not be decoded]"})
     return parts
 
 
 def image(data: str, mime: str) -> Any:
-    """A PIL image when Pillow is installed (what processors take), else a data URI."""
+    """A PIL image when Pillow is installed (what processors take), else a data URI; None when Pillow cannot read
+    it (an SVG, corrupt bytes): the tool did run and its reward counts, so its result is not turned into a failure."""
     try:
         from PIL import Image
     except ImportError:
         return f"data:{mime};base64,{data}"
-    return Image.open(io.BytesIO(base64.b64decode(data)))
+    try:
+        picture = Image.open(io.BytesIO(base64.b64decode(data)))
+        picture.load()  # decoded here: a truncated image fails now, not later in the trainer's processor
+    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError):  # what Pillow raises for bad images
+        return None
+    return picture

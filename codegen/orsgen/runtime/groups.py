@@ -2,7 +2,7 @@
 
 Groups are GRPO's: consecutive `num_generations` rollouts of one task, read from the trainer as TRL forms them.
 A group is posted, on one of its own sessions (still open: sessions close at the next batch's resets, at
-close_all() or at exit), as one request; a batch's groups are posted at once. A rollout whose episode did not start
+close_all() or at exit; not one the environment ended, as a tool that raised ends its rollout's), as one request; a batch's groups are posted at once. A rollout whose episode did not start
 (or is void: a stale prompt) is never sent and stays None: the judge compares the group's other rollouts among
 themselves, when at least two started (a comparison needs two, and a lone score's advantage in its group is 0). A
 group that cannot be scored (unsupported, the judge failed, fewer than two started) gets None for each rollout, never a
@@ -74,7 +74,12 @@ async def _score(group: Sequence[Adapter], prompts: Sequence[Any], completions: 
         log.warning("orsgen: %s is not scored: %s of its %d episodes started (a comparison needs two)", where,
                     len(started) or "none", len(group))
         return unscored
-    session = next(iter(started.values()))
+    # posted on a session the environment did not end (a tool that raised ends its rollout's: the SDK refuses it)
+    alive = [s for i, s in started.items() if (group[i]._gone or (None,))[0] is not s]
+    if not alive:
+        log.warning("orsgen: %s is not scored: the environment ended every one of its sessions", where)
+        return unscored
+    session = alive[0]
     candidates = [GroupCandidate(messages=messages.transcript(prompts[i], completions[i], accepted),
                                  metadata={"rollout": i}) for i in started]
     requests["score_group"] += 1

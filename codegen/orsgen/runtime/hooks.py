@@ -97,6 +97,10 @@ def add(event: Event, listener: Listener, env: type | None = None) -> None:
     """Call `listener(record)` at `event`, for every adapter or only instances of the adapter class `env`."""
     if event not in _listeners:
         raise ValueError(f"unknown hook {event!r}: one of {', '.join(EVENTS)}")
+    if not callable(listener):
+        raise TypeError(f"hooks.add({event!r}, ...): the listener {listener!r} is not callable")
+    if env is not None and not isinstance(env, type):  # checked at every event, outside the listener's guard
+        raise TypeError(f"hooks.add({event!r}, ..., env={env!r}): an adapter class (or None for every adapter)")
     with _lock:
         _listeners[event] = [*_listeners[event], (env, listener)]  # copied: emit() reads without the lock
 

@@ -141,6 +141,11 @@ class Pinned:
         return [s if isinstance(s, str) else str(s.get("name")) for s in found if isinstance(s, (str, dict))]
 
     def num_tasks(self, env: AsyncEnvironment, split: str, url: str | None) -> int:
+        """The split's size: the pinned task file's when it holds the split (sessions open on its specs, so a task
+        order over the live split would open tasks it does not pin, or never reach some it does), else the server's."""
+        pinned = self.pinned_tasks()
+        if pinned is not None and split in pinned:
+            return len(pinned[split])
         key = (self.server(url), split)
         if key not in self._sizes:
             self._sizes[key] = int(client.loop().run(env.num_tasks(split), "reset"))

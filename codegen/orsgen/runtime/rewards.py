@@ -12,13 +12,25 @@ from orsgen.runtime.errors import ToolError
 
 
 def outcome_reward(environments: Sequence[Adapter], **kwargs: Any) -> list[float | None]:
-    """The last reward a tool gave in each episode (None: unscored)."""
-    return [env._claim(env.reward) for env in environments]
+    """The last reward a tool gave in each episode (unscored: `unscored_reward`, None by default)."""
+    return [env._claim(_or_unscored(env, env.reward)) if _ours(env) else None for env in environments]
 
 
 def total_reward(environments: Sequence[Adapter], **kwargs: Any) -> list[float | None]:
-    """The sum of every step's reward (None when no step was scored)."""
-    return [env._claim(_total(env.rewards)) for env in environments]
+    """The sum of every step's reward (no step scored: `unscored_reward`, None by default)."""
+    return [env._claim(_or_unscored(env, _total(env.rewards))) if _ours(env) else None for env in environments]
+
+
+def _ours(env: Any) -> bool:
+    """An orsgen adapter's rollout. TRL's multi-environment mode may mix in environments of other kinds: theirs
+    get None (scored by their own get_reward), as TRL does for an environment a reward source is not for."""
+    return isinstance(env, Adapter)
+
+
+def _or_unscored(env: Adapter, value: float | None) -> float | None:
+    """An episode no tool scored gives the adapter's `unscored_reward`, as from get_reward() (one that did not
+    start stays None: `_claim`)."""
+    return env.unscored_reward if value is None else value
 
 
 def _total(rewards: list[float | None]) -> float | None:
@@ -27,8 +39,9 @@ def _total(rewards: list[float | None]) -> float | None:
 
 
 def finished_reward(environments: Sequence[Adapter], **kwargs: Any) -> list[float | None]:
-    """The outcome of episodes that finished; 0.0 for episodes that did not."""
-    return [env._claim(env.reward if env.finished else 0.0) for env in environments]
+    """The outcome of episodes that finished (none scored: `unscored_reward`); 0.0 for episodes that did not."""
+    return [env._claim(_or_unscored(env, env.reward) if env.finished else 0.0) if _ours(env) else None
+            for env in environments]
 
 
 def shaped_reward(shape: Callable[[Adapter], float | None], name: str = "shaped_reward") -> Any:
@@ -38,7 +51,7 @@ def shaped_reward(shape: Callable[[Adapter], float | None], name: str = "shaped_
     """
 
     def reward(environments: Sequence[Adapter], **kwargs: Any) -> list[float | None]:
-        return [env._claim(shape(env)) for env in environments]
+        return [env._claim(shape(env)) if _ours(env) else None for env in environments]
 
     reward.__name__ = reward.__qualname__ = name
     return reward
@@ -50,6 +63,9 @@ def terminal_reward(
     """Send each completion's final assistant message to the terminal `tool`; its reward is the episode's."""
     scores: list[float | None] = []
     for completion, env in zip(completions, environments, strict=True):
+        if not _ours(env):
+            scores.append(None)
+            continue
         messages = completion if isinstance(completion, list) else [{"role": "assistant", "content": completion}]
         final = next((m.get("content") for m in reversed(messages) if m.get("role") == "assistant"), "") or ""
         arg = tool.get("arg")
@@ -57,5 +73,5 @@ def terminal_reward(
             env._call(tool["name"], {arg: final if isinstance(final, str) else str(final)} if arg else {})
         except ToolError:
             pass  # the episode keeps what it had (or stays unscored)
-        scores.append(env._claim(env.reward))
+        scores.append(env._claim(_or_unscored(env, env.reward)))
     return scores
