@@ -142,7 +142,8 @@ def test_an_episode_opened_in_the_background_and_never_called_is_settled_before_
     server, mod = brittle
     background = type("Brittle", (mod.Brittle,), {"open_in_background": True, "unscored_reward": 0.0})
     ends = []
-    hooks.add("episode_end", ends.append)
+    since = len(server.creates())  # the server is the module's: other tests open task 99 too
+    hooks.add("episode_end", ends.append, background)  # not another test's adapters, collected meanwhile
     try:
         stale, missing, finished, plain = background(), background(), background(), background()
         assert stale.reset(task_index=0, task_prompt="an older prompt") == "an older prompt"
@@ -154,9 +155,9 @@ def test_an_episode_opened_in_the_background_and_never_called_is_settled_before_
         assert rewards.finished_reward([finished]) == [None]
         assert plain.get_reward() == 0.0  # started, no tool scored it: unscored_reward
     finally:
-        hooks.remove("episode_end", ends.append)
+        hooks.remove("episode_end", ends.append, background)
     assert [e.reason for e in ends] == ["stale_prompt", "not_started", "not_started", "no_tool_scored"]
-    creates = [c for c in server.creates() if c["body"].get("index") == 99]
+    creates = [c for c in server.creates()[since:] if c["body"].get("index") == 99]
     assert len(creates) == 2 and all(c["status"] >= 400 for c in creates)  # the two starts the server refused
 
 
@@ -241,12 +242,13 @@ def test_a_hook_for_an_adapter_instance_or_a_name_is_refused_at_add_not_at_every
     server, mod = brittle
     env = mod.Brittle()
     _creates(server)
+    listening = hooks.wanted("session_open"), hooks.wanted("tool_call")  # another test's listener may be alive
     for wrong in (env, "Brittle"):
         with pytest.raises(TypeError, match=r"^hooks.add\('session_open', ..., env="):
             hooks.add("session_open", print, wrong)
     with pytest.raises(TypeError, match="is not callable"):
         hooks.add("tool_call", "print")
-    assert not hooks.wanted("session_open") and not hooks.wanted("tool_call")
+    assert (hooks.wanted("session_open"), hooks.wanted("tool_call")) == listening  # nothing was added
     assert env.reset(task_index=0) == "brittle task 0" and env.score() == "scored" and env.get_reward() == 1.0
     assert _creates(server) > 0  # the start reached the server and worked
 
