@@ -101,10 +101,11 @@ async def _fill(opening: ahead.Planned, start: Coroutine[Any, Any, Any]) -> None
 
 
 async def _look_ahead(plan: list[tuple[Adapter, AsyncEnvironment, str, int, ahead.Planned]],
-                      after: list[ahead.Opening], stream: str) -> None:
-    """Once `after` are done, open the planned sessions (for a `stream` batch) at once, without retries: one that
+                      after: list[ahead.Opening], tag: ahead.Tag) -> None:
+    """Once `after` are done, open the planned sessions (for the batch `tag`) at once, without retries: one that
     fails, or is refused for capacity (429), resolves to None and its reset opens it in line, with the whole
-    start-failure contract."""
+    start-failure contract. The failed attempt is owed a retry from then on, whoever starts the task next."""
+    stream = tag[0]
     await asyncio.gather(*(asyncio.wrap_future(opening) for opening in after), return_exceptions=True)
 
     async def one(adapter: Adapter, env: AsyncEnvironment, split: str, index: int, opening: ahead.Planned) -> None:
@@ -113,6 +114,7 @@ async def _look_ahead(plan: list[tuple[Adapter, AsyncEnvironment, str, int, ahea
         try:
             opening.set_result(await adapter._open(env, split, index, retries=0, stream=stream))
         except Exception as exc:  # noqa: BLE001 - left to the reset
+            adapter.pinned.ahead.owe(tag, adapter._key(split, index))  # before anyone can see the None
             opening.set_result(None)
             if client.status(exc) == 429:
                 client.once("look-ahead-429", logging.INFO, "orsgen: the environment is at capacity (429): what the "
@@ -418,7 +420,8 @@ class Adapter:
             if wanted[id(other.pinned), key] > other.pinned.ahead.count(batch.tag, key):
                 opening = ahead.Planned(owner)
                 other.pinned.ahead.put(batch.tag, key, opening)
-                loop.submit(_fill(opening, other._open(env, split, index, stream=batch.stream)))
+                retry = other.pinned.ahead.repay(batch.tag, key)  # in place of a failed look-ahead attempt
+                loop.submit(_fill(opening, other._open(env, split, index, stream=batch.stream, first=int(retry))))
 
     def _open_next(self, batch: trl.Batch, after: list[ahead.Opening], owner: int | None) -> None:
         """Environment-owned data: open the next step's sessions while this step resets, generates and trains,
@@ -434,7 +437,7 @@ class Adapter:
             other.pinned.ahead.put(tag, other._key(split, index), opening)
             plan.append((other, env, split, index, opening))
         running = client.loop()
-        future = running.submit(_look_ahead(plan, after, batch.stream))
+        future = running.submit(_look_ahead(plan, after, tag))
         running.closing.add(future)  # close_all() and the exit wait for it: what it opens as they drain, it closes
         future.add_done_callback(running.closing.discard)
 
@@ -444,8 +447,7 @@ class Adapter:
         same task, which a later rollout would have taken (at capacity, the later rollouts' sessions are what holds
         the places), else opened now. Each failed attempt is owed a retry: the next in-line start of the task."""
         opened, key = await asyncio.wrap_future(taken), self._key(split, index)
-        while opened is None:
-            self.pinned.ahead.owe(tag, key)  # a failed attempt: whichever start of this task comes next retries it
+        while opened is None:  # a failed attempt, owed a retry when it failed (_look_ahead)
             other = self.pinned.ahead.take(tag, key)
             if other is None:
                 return await self._open(env, split, index, stream=tag[0], first=int(self.pinned.ahead.repay(tag, key)))
