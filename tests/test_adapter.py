@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+from orsgen.runtime import episode_of
 from transformers.utils import get_json_schema
 
 from tests.harness.generation import in_process, load
@@ -141,7 +142,7 @@ def test_import_and_construction_send_no_request(echo_server, generate, monkeypa
     mod = load(__import__("pathlib").Path(path_module.__file__))
     adapters = [mod.Echo() for _ in range(64)]
     assert attempts == []
-    assert all(a._env is None and a._session is None for a in adapters)  # nothing was opened, nothing is pending
+    assert all(a._env is None and episode_of(a).session is None for a in adapters)  # nothing was opened, nothing is pending
 
 
 def test_training_imports_the_runtime_and_never_the_generator(echo_server, generate):

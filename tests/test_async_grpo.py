@@ -19,6 +19,7 @@ import time
 from typing import Any, ClassVar
 
 import pytest
+from orsgen.runtime import episode_of
 
 from examples import tiny
 from tests.harness import servers
@@ -99,7 +100,7 @@ def instrumented(adapter_class: type, **class_attributes: Any) -> type:
 
         def get_reward(self) -> float | None:
             value = super().get_reward()
-            self._log(kind="reward", value=value, task_index=self.task_index, void=self._void,
+            self._log(kind="reward", value=value, task_index=self.task_index, void=episode_of(self).why,
                       mismatch=self.prompt_mismatch, at=time.monotonic())
             return value
 

@@ -56,7 +56,7 @@ def test_validator_errors_reach_the_model_as_one_sentence_per_field(picky):
 ])
 def test_any_validation_text_gives_one_sentence_per_field(detail):
     from openreward.api.errors import ToolCallError
-    from orsgen.runtime.adapter import _tool_error
+    from orsgen.runtime.toolerrors import tool_error as _tool_error
 
     assert str(_tool_error("t", ToolCallError("input_validation", detail))) == \
         "t: invalid arguments: items.0.name: Value error, bad"
@@ -64,7 +64,7 @@ def test_any_validation_text_gives_one_sentence_per_field(detail):
 
 def test_unreadable_error_text_is_short_without_urls_or_reprs():
     from openreward.api.errors import ToolCallError, ToolFailed
-    from orsgen.runtime.adapter import _tool_error
+    from orsgen.runtime.toolerrors import tool_error as _tool_error
 
     garbage = "Tool input validation error: [{'loc': <weird>, " + "'x': 1, " * 5000 + "'url': 'https://e.dev/x'}]"
     many = "Tool input validation error: " + repr([{"type": "missing", "loc": (f"f{i}",), "msg": "Field required"}

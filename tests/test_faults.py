@@ -12,6 +12,7 @@ import sys
 import time
 
 import pytest
+from orsgen.runtime import episode_of
 
 from examples import tiny
 from tests.envs.flaky import BROKEN, FLAKY, FLAKY_FAILURES, NORMAL
@@ -233,7 +234,7 @@ def open_four():
     pool = [m.Flaky() for _ in range(4)]
     for env in pool:
         env.reset(task_index={normal})
-    sids = [env._session.sid for env in pool]
+    sids = [m.runtime.episode_of(env).session.sid for env in pool]
     with urllib.request.urlopen({url!r} + "/_sessions", timeout=5) as r:
         assert set(sids) <= set(json.load(r)), "the sessions are not open on the server"
     print(json.dumps(sids), flush=True)
@@ -370,7 +371,7 @@ def test_garbage_collection_closes_the_session(flaky):
     server, mod, _ = flaky
     env = mod.Flaky()
     env.reset(task_index=NORMAL)
-    sid = env._session.sid
+    sid = episode_of(env).session.sid
     assert sid in server.open_sessions()
     del env
     gc.collect()

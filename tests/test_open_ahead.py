@@ -9,6 +9,7 @@ import time
 from typing import ClassVar
 
 import pytest
+from orsgen.runtime import episode_of
 
 from tests.harness import ROOT, servers
 from tests.harness.generation import in_process, load
@@ -70,7 +71,7 @@ def looking_ahead(adapter_class):
 
     def record(start: hooks.EpisodeStart) -> None:
         began = time.monotonic() - start.seconds  # CLOCK_MONOTONIC: the same clock as the server's log
-        LookingAhead.resets.append({"began": began, "session": start.adapter._session.sid, "task": start.task_index})
+        LookingAhead.resets.append({"began": began, "session": episode_of(start.adapter).session.sid, "task": start.task_index})
 
     hooks.add("episode_start", record, LookingAhead)
     return LookingAhead

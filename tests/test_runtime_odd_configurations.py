@@ -6,6 +6,7 @@ open-ahead off; environment-owned data of a module whose task list is pinned ope
 import json
 
 import pytest
+from orsgen.runtime import episode_of, settings
 
 from tests.harness import servers
 from tests.harness.generation import in_process, load
@@ -60,7 +61,7 @@ def test_a_group_whose_first_rollouts_tool_raised_is_scored_on_a_session_the_env
         completions = [[{"role": "assistant", "content": "", "tool_calls": [
             {"type": "function", "function": {"name": "answer", "arguments": {"text": a}}}]}] for a in answers]
         scores = client.loop().submit(
-            groups._score(envs, [prompt] * 3, completions, mod.MESSAGE_BLOCK_TYPES)).result(timeout=60)
+            groups._score([episode_of(e) for e in envs], [prompt] * 3, completions, mod.MESSAGE_BLOCK_TYPES)).result(timeout=60)
         assert server.requests().get("POST /judgedcrash/score_group") == 1  # posted, on a live session
         assert scores == [0.5, 1.0, 0.25]  # the crashed rollout started: it is judged with the others
 
@@ -90,7 +91,7 @@ def test_a_bad_variable_is_refused_in_one_line_at_the_first_reset_before_any_req
 def test_the_spellings_of_off_turn_open_ahead_off_and_those_of_on_turn_it_on(brittle, monkeypatch, value, mode):
     _, mod = brittle
     monkeypatch.setenv("ORSGEN_OPEN_AHEAD", value)
-    assert mod.Brittle()._ahead_mode() == mode
+    assert settings.resolve(mod.Brittle).open_ahead == mode
 
 
 @pytest.mark.parametrize(("setting", "value", "says"), [

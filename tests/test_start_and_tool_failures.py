@@ -12,6 +12,7 @@ import threading
 import time
 
 import pytest
+from orsgen.runtime import episode_of
 
 from tests.harness import servers
 from tests.harness.generation import in_process, load
@@ -111,7 +112,7 @@ def test_a_row_of_a_split_the_module_did_not_pin_is_refused_and_closes_the_episo
     server, mod = brittle
     env = mod.Brittle()
     env.reset(task_index=0)
-    sid = env._session.sid
+    sid = episode_of(env).session.sid
     creates = len(server.creates())
     with pytest.raises(ValueError) as refused:
         env.reset(task_index=1, split="tset")
@@ -130,7 +131,7 @@ def test_a_tool_that_raised_ends_the_episode_and_later_calls_say_the_session_end
     server, mod = brittle
     env = mod.Brittle()
     env.reset(task_index=1)
-    sid = env._session.sid
+    sid = episode_of(env).session.sid
     assert env.score() == "scored" and not env.finished
     with pytest.raises(mod.ToolError) as crashed:
         env.crash()
@@ -293,7 +294,7 @@ def test_group_reward_never_sends_or_scores_a_rollout_that_did_not_start(generat
     [scores] = returned
     by_task = {t: [i for i, a in enumerate(adapters) if a.task_index == t] for t in (0, 1)}
     assert all(len(rows) == 4 for rows in by_task.values())
-    void = {i for i, a in enumerate(adapters) if a._void is not None}
+    void = {i for i, a in enumerate(adapters) if episode_of(a).void is not None}
     assert len(void & set(by_task[0])) == 1 and len(void & set(by_task[1])) == 3
 
     # The server's judge got one request: task 0's started rollouts, in TRL's order, none of them a failed start.

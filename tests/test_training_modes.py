@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+from orsgen.runtime import episode_of
 
 from examples.echo import WORDS
 from tests.harness import owned_data, records, servers
@@ -64,7 +65,7 @@ def test_groups_share_a_task_after_a_stray_reset(counted, module_path, tmp_path)
     before = len(counted.creates())
     probe = mod.Echo()
     looked_at = probe.reset()  # a user looking at a prompt before training
-    stray_session = probe._session.sid
+    stray_session = episode_of(probe).session.sid
     probe._close(wait=True)
     env_class = owned_data.tracking(mod.Echo)
     trainer = owned_data.trainer(mod, env_class, str(tmp_path / "out"), steps, threads=1,
@@ -149,7 +150,7 @@ def test_reset_without_task_index_from_a_thread_outside_the_trainer_is_refused(c
         assert counted.creates()[before:] == []  # nothing was opened
         # the way out the message names works from the same thread: a row carrying task_index
         assert pool.submit(adapter.reset, task_index=5).result() == f"Echo the word {WORDS[5]}"
-    session = adapter._session.sid
+    session = episode_of(adapter).session.sid
     adapter._close(wait=True)
     assert [(e["session"], task_of(e["body"])[1]) for e in created(counted, before)] == [(session, 5)]
     assert counted.open_sessions() == []

@@ -7,7 +7,7 @@ import hashlib
 import json
 from typing import Any
 
-from orsgen.runtime.pinned import canonical  # the runtime compares live tools in the same form
+from orsgen.runtime.bounds import canonical  # the runtime compares live tools in the same form
 
 FORMAT = 1
 

@@ -21,10 +21,9 @@ def main(module_path: str, out_dir: str) -> None:
     trainer.train()
     module.close_all()
     rank = int(os.environ.get("RANK", "0"))
-    from orsgen.runtime import adapter
+    from orsgen.runtime import open_sessions
 
-    live = [a for a in list(adapter._live) if a._session is not None or a._opening is not None]
-    emit({"rank": rank, "tool_calls": len(env_class.calls), "open_sessions": len(live),
+    emit({"rank": rank, "tool_calls": len(env_class.calls), "open_sessions": open_sessions(),
                       "steps": trainer.state.global_step})
 
 

@@ -60,7 +60,7 @@ def train(module: Any, out_dir: str, indices: list[int], per_device: int = 8, st
 
 
 def main(module_path: str, out_dir: str, tasks: str, per_device: str) -> None:
-    from orsgen.runtime import adapter
+    from orsgen.runtime import open_sessions
 
     from tests.harness.generation import load as load_module
 
@@ -72,8 +72,7 @@ def main(module_path: str, out_dir: str, tasks: str, per_device: str) -> None:
         emit({"rank": rank, "refused": str(exc)})
         return
     module.close_all()
-    live = [a for a in list(adapter._live) if a._session is not None or a._opening is not None]
-    emit({"rank": rank, "returned": returned, "open_sessions": len(live),
+    emit({"rank": rank, "returned": returned, "open_sessions": open_sessions(),
                       "steps": trainer.state.global_step})
 
 

@@ -17,6 +17,8 @@ import sys
 from pathlib import Path
 from typing import Any, ClassVar
 
+from orsgen.runtime import episode_of
+
 from tests.harness import emit, trainers
 from tests.harness.generation import load
 
@@ -44,7 +46,7 @@ def tracking(adapter_class: type, echo: bool = False) -> type:
             "rank": int(os.environ.get("RANK", "0")),
             "position": position,
             "task_index": start.task_index,
-            "session": getattr(adapter._session, "sid", None),
+            "session": getattr(episode_of(adapter).session, "sid", None),
             "prompt": start.prompt,
         }
         Tracking.resets.append(record)
@@ -71,10 +73,9 @@ def main(module_path: str, out_dir: str, steps: str, per_device: str, num_genera
                   num_generations=int(num_generations))
     run.train()
     module.close_all()
-    from orsgen.runtime import adapter
+    from orsgen.runtime import open_sessions
 
-    live = [a for a in list(adapter._live) if a._session is not None or a._opening is not None]
-    emit({"rank": int(os.environ.get("RANK", "0")), "open_sessions": len(live),
+    emit({"rank": int(os.environ.get("RANK", "0")), "open_sessions": open_sessions(),
                       "steps": run.state.global_step, "resets": len(env_class.resets),
                       "ahead": {k: getattr(module.PINNED.ahead, k) for k in ("opened", "taken", "unused")}})
 

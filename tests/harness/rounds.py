@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+from orsgen.runtime import episode_of
+
 from tests.harness import servers
 
 
@@ -36,7 +38,7 @@ def watching(adapter_class: type, **attributes: Any) -> type:
             "position": next(i for i, env in enumerate(trainer.environments) if env is start.adapter),
             "split": start.split,
             "task_index": start.task_index,
-            "session": getattr(start.adapter._session, "sid", None),
+            "session": getattr(episode_of(start.adapter).session, "sid", None),
             "error": start.error,
         })
 

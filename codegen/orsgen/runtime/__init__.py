@@ -9,19 +9,22 @@ from typing import Any
 
 from orsgen import __version__
 from orsgen.runtime import hooks
-from orsgen.runtime.adapter import UNSET, Adapter, close_all
+from orsgen.runtime.adapter import UNSET, Adapter, close_all, episode_of, open_sessions
+from orsgen.runtime.episode import Episode, Unscored
 from orsgen.runtime.errors import DriftError, StartError, ToolError, WrongServer, named
 from orsgen.runtime.groups import group_reward
 from orsgen.runtime.pinned import Pinned
 from orsgen.runtime.rewards import finished_reward, outcome_reward, shaped_reward, terminal_reward, total_reward
+from orsgen.runtime.rows import bundle as bundle_dataset
 from orsgen.runtime.rows import one_type
 
 API = 1  # the contract between generated modules and this runtime; a module written for another API refuses to load
 
 __all__ = [
-    "API", "UNSET", "Adapter", "DriftError", "EpisodeMetrics", "Pinned", "StartError", "ToolError", "WrongServer",
-    "close_all", "finished_reward", "group_reward", "hooks", "named", "one_type", "outcome_reward", "require",
-    "shaped_reward", "terminal_reward", "total_reward",
+    "API", "UNSET", "Adapter", "DriftError", "Episode", "EpisodeMetrics", "Pinned", "StartError", "ToolError",
+    "Unscored", "WrongServer", "bundle_dataset", "close_all", "episode_of", "finished_reward", "group_reward", "hooks",
+    "named", "one_type", "open_sessions", "outcome_reward", "require", "shaped_reward", "terminal_reward",
+    "total_reward",
 ]
 
 

@@ -3,14 +3,27 @@ first reset instead opens every session of the batch whose task it can know, and
 ready or nearly so: a batch pays about one start. With environment-owned data and `open_ahead = "next-step"`, the
 next step's sessions open too, once this batch's are, while this step resets, generates and trains. What is not
 taken is closed at the next batch of its stream, when the trainer it was opened for ends its training or is
-collected (`release`), or at close_all/exit, and counted."""
+collected (`release`), or at close_all/exit, and counted.
+
+The store (`Ahead`, one per pinned environment) and the planning that fills it live here; what opens a session is
+the environment's opener (sessions.py), handed in as each `Seat`'s `open`. The adapter says which seats a batch has.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
+import functools
+import itertools
+import logging
 import threading
-from collections.abc import Hashable
+import weakref
+from collections.abc import Callable, Coroutine, Hashable
+from dataclasses import dataclass
 from typing import Any
+
+from orsgen.runtime import client, sessions, trl
+from orsgen.runtime.sessions import Planned
 
 Opening = concurrent.futures.Future[Any]  # resolves to (session, prompt), or to None: "open it in line"
 Tag = tuple[str, int]  # the batch an opening is for (trl.Batch.tag: stream, first position)
@@ -19,16 +32,6 @@ Tag = tuple[str, int]  # the batch an opening is for (trl.Batch.tag: stream, fir
 _holding: set[Ahead] = set()
 totals = {"opened": 0, "taken": 0, "unused": 0}  # of every instance this process had (EpisodeMetrics' figures)
 _totals_lock = threading.Lock()
-
-
-class Planned(concurrent.futures.Future[Any]):
-    """An opening owned before its session is requested. Whoever opens it first marks it running
-    (`set_running_or_notify_cancel`); one cancelled before that is never opened. `owner`: the token of the trainer
-    whose batch it is for (`release`)."""
-
-    def __init__(self, owner: Hashable | None = None) -> None:
-        super().__init__()
-        self.owner = owner
 
 
 def _count(what: str, n: int) -> None:
@@ -126,3 +129,105 @@ class Ahead:
     def _held(self) -> None:  # under self.lock
         if not self.waiting:
             _holding.discard(self)
+
+
+# -- planning ---------------------------------------------------------------------------------------------------
+
+Start = Callable[..., Coroutine[Any, Any, Any]]  # start(retries=None, first=0): opens the seat's session
+
+
+@dataclass(frozen=True)
+class Seat:
+    """A rollout of a batch whose session can open before its reset: the store its opening waits in, the task's
+    key there, and what opens it (its adapter's opener, connection, task and settings)."""
+
+    store: Ahead
+    key: Hashable
+    start: Start
+
+
+def open_batch(seats: list[Seat], tag: Tag, owner: int | None) -> None:
+    """Open the seats' sessions at once, each put in its store before it is requested: all but those the
+    look-ahead already opened for them."""
+    running = client.loop()
+    wanted: dict[tuple[int, Hashable], int] = {}
+    for seat in seats:
+        key = (id(seat.store), seat.key)
+        wanted[key] = wanted.get(key, 0) + 1
+        if wanted[key] > seat.store.count(tag, seat.key):
+            opening = Planned(owner)
+            seat.store.put(tag, seat.key, opening)
+            retry = seat.store.repay(tag, seat.key)  # in place of a failed look-ahead attempt
+            running.submit(sessions.fill(opening, seat.start(first=int(retry))))
+
+
+def open_next(seats: list[Seat], after: list[Opening], tag: Tag, owner: int | None) -> None:
+    """Open the next batch's (`tag`) seats once `after` are done, while this step resets, generates and trains."""
+    plan = []
+    for seat in seats:
+        opening = Planned(owner)
+        seat.store.put(tag, seat.key, opening)
+        plan.append((seat, opening))
+    running = client.loop()
+    future = running.submit(_look_ahead(plan, after, tag))
+    running.closing.add(future)  # close_all() and the exit wait for it: what it opens as they drain, it closes
+    future.add_done_callback(running.closing.discard)
+
+
+async def _look_ahead(plan: list[tuple[Seat, Planned]], after: list[Opening], tag: Tag) -> None:
+    """Once `after` are done, open the planned sessions at once, without retries: one that fails, or is refused for
+    capacity (429), resolves to None and its reset opens it in line, with the whole start-failure contract. The
+    failed attempt is owed a retry from then on, whoever starts the task next."""
+    await asyncio.gather(*(asyncio.wrap_future(opening) for opening in after), return_exceptions=True)
+
+    async def one(seat: Seat, opening: Planned) -> None:
+        if not opening.set_running_or_notify_cancel():  # drained before it began (close_all, exit): never opened
+            return
+        try:
+            opening.set_result(await seat.start(retries=0))
+        except Exception as exc:  # noqa: BLE001 - left to the reset
+            seat.store.owe(tag, seat.key)  # before anyone can see the None
+            opening.set_result(None)
+            if client.status(exc) == 429:
+                client.once("look-ahead-429", logging.INFO, "orsgen: the environment is at capacity (429): what the "
+                            "look-ahead could not open, the resets open in line")
+
+    await asyncio.gather(*(one(seat, opening) for seat, opening in plan))
+
+
+async def take(taken: Opening, seat: Seat, tag: Tag) -> Any:
+    """The session opened ahead for `seat`. One the look-ahead could not open (None) is replaced by another opened
+    for the same task, which a later rollout would have taken (at capacity, the later rollouts' sessions are what
+    holds the places), else opened now. Each failed attempt is owed a retry: the next in-line start of the task."""
+    opened = await asyncio.wrap_future(taken)
+    while opened is None:  # a failed attempt, owed a retry when it failed (_look_ahead)
+        other = seat.store.take(tag, seat.key)
+        if other is None:
+            return await seat.start(first=int(seat.store.repay(tag, seat.key)))
+        opened = await asyncio.wrap_future(other)
+    return opened
+
+
+# The trainers what is opened ahead was opened for (weakly), and the token their openings carry (release).
+_owners: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+_owners_lock = threading.Lock()
+_tokens = itertools.count(1)
+
+
+def owner(trainer: Any | None) -> int | None:
+    """The token of `trainer` for what is opened ahead for its batches. At its first sight, its collection and
+    the end of its training (trl.on_training_end) are tied to closing what it still has waiting."""
+    if trainer is None:
+        return None
+    with _owners_lock:
+        token = _owners.get(trainer)
+        if token is None:
+            token = _owners[trainer] = next(_tokens)
+            weakref.finalize(trainer, _release, token).atexit = False  # at exit, the exit hook closes them
+            trl.on_training_end(trainer, functools.partial(_release, token))
+    return token
+
+
+def _release(token: int) -> None:
+    for left in release(token):
+        sessions.close(None, left)

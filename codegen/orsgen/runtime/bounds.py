@@ -1,6 +1,8 @@
 """What a tool spec from a server may hold: a bounded depth and bounded text. Generation pins the bounded spec and
 the drift check bounds the live one the same way, so a cut tool is not reported as changed.
 
+`canonical` is the snapshot's JSON form, in which the two are compared.
+
 A tool list is input from outside: a schema nested hundreds of levels deep would make the pinned literal too deep
 for Python to compile (and every walk over it recurse past the interpreter's limit); a multi-megabyte description
 would reach the model's context through `get_json_schema`.
@@ -44,3 +46,13 @@ def text(string: str, limit: int) -> str:
     if len(string) <= limit:
         return string
     return string[:limit] + TEXT_CUT.format(size=len(string))
+
+
+def canonical(node: Any, keep_order: bool = False) -> Any:
+    """The snapshot's JSON form: keys sorted, except in `properties`, whose order is the parameters' order."""
+    if isinstance(node, list):
+        return [canonical(x) for x in node]
+    if not isinstance(node, dict):
+        return node
+    keys = list(node) if keep_order else sorted(node)
+    return {k: canonical(node[k], keep_order=k == "properties" and not keep_order) for k in keys}

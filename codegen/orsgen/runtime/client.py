@@ -8,12 +8,13 @@ import atexit
 import concurrent.futures
 import contextlib
 import logging
-import math
 import os
 import threading
 from collections.abc import Callable, Coroutine
 from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+
+from orsgen.runtime import settings
 
 if TYPE_CHECKING:
     from openreward.api.environments.client import AsyncEnvironment
@@ -21,33 +22,16 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 TESTED_SDK = "0.1.167"  # the openreward release this runtime is tested against (pyproject pins it)
 
-# Bounds on every wait for the server, in seconds (the SDK itself waits for ever on some requests). Read when used,
-# so a training script may set them after importing a module.
-TIMEOUTS = {"reset": ("ORSGEN_RESET_TIMEOUT", 120.0), "tool": ("ORSGEN_TOOL_TIMEOUT", 900.0),
-            "close": ("ORSGEN_CLOSE_TIMEOUT", 10.0)}
+# Bounds on every wait for the server, in seconds (the SDK itself waits for ever on some requests): settings rows
+# (settings.py), read when used, so a training script may set them after importing a module.
+TIMEOUTS = {kind: (settings.BY_NAME[f"{kind}_timeout"].variable or "", settings.BY_NAME[f"{kind}_timeout"].default)
+            for kind in ("reset", "tool", "close")}
 
 
 def timeout(kind: str) -> float:
-    """The `kind` bound: its variable's value, else the default. A value that is not a finite number of seconds
-    above 0 is refused in one line: 0, a negative or 'nan' would time every request out at once (every start
-    failing, every episode unscored), 'inf' overflows the waits."""
-    name, default = TIMEOUTS[kind]
-    raw = os.environ.get(name)
-    if raw is None:
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        value = math.nan
-    if not 0 < value < math.inf:
-        raise ValueError(f"{name}={raw!r}: a number of seconds above 0 is needed (default {default:g})")
-    return value
-
-
-def check_timeouts() -> None:
-    """Refuse a bad timeout variable where it is first read at an episode's start, not as a failed start."""
-    for kind in TIMEOUTS:
-        timeout(kind)
+    """The `kind` bound from its variable, else the default; a value that is not a finite number of seconds above
+    0 is refused in one line (0, a negative or 'nan' would time every request out at once, 'inf' overflows)."""
+    return float(settings.variable(f"{kind}_timeout"))
 
 
 def _last(exc: BaseException) -> BaseException:
@@ -157,9 +141,9 @@ class Loop:
             raise RuntimeError("the orsgen runtime has shut down (interpreter exit)")
         return asyncio.run_coroutine_threadsafe(coroutine, self.loop)
 
-    def run(self, coroutine: Coroutine[Any, Any, T], kind: str) -> T:
-        """Run a coroutine on the loop and wait at most the `kind` timeout for it."""
-        limit = timeout(kind)
+    def run(self, coroutine: Coroutine[Any, Any, T], kind: str, limit: float | None = None) -> T:
+        """Run a coroutine on the loop and wait at most `limit`, by default the `kind` timeout, for it."""
+        limit = timeout(kind) if limit is None else limit
         future = self.submit(asyncio.wait_for(coroutine, limit))
         try:
             return future.result(timeout=limit + 1)

@@ -16,15 +16,14 @@ import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from orsgen.runtime import client, messages, trl
+from orsgen.runtime import client, transcripts, trl
+from orsgen.runtime.adapter import Adapter, episode_of
 
 if TYPE_CHECKING:
-    from orsgen.runtime.adapter import Adapter
+    from orsgen.runtime.episode import Episode
     from orsgen.runtime.pinned import Pinned
 
 log = logging.getLogger("orsgen")
-ASYNC = ("group_reward needs the rollouts' environments, which GRPOTrainer passes to reward functions and "
-         "AsyncGRPOTrainer does not: with AsyncGRPOTrainer, train on get_reward() without group_reward")
 requests = {"score_group": 0}  # scoring requests sent by this process
 
 
@@ -33,19 +32,19 @@ def group_reward(prompts: Sequence[Any], completions: Sequence[Any], environment
     """One comparative score per rollout, index-aligned with TRL's completions; None for a group not scored, and
     for the groups of other environments (TRL's multi-environment mode: they are theirs to score)."""
     if environments is None:
-        raise RuntimeError(ASYNC)
+        raise RuntimeError(trl.NO_ENVIRONMENTS.format(what="group_reward"))
     size, offset = trl.group_layout(environments)
     if offset or len(environments) % size:
         raise RuntimeError(f"group_reward: this rank holds {len(environments)} rollouts starting {offset} into a "
                            f"GRPO group of {size}, so a group is split across ranks and cannot be scored in one "
                            "request: make per_device_train_batch_size a multiple of num_generations")
-    for env in environments:  # sessions still opening in the background (open_in_background): settled here
-        if getattr(env, "pinned", None) is pinned and env._opening is not None:
-            env._settle(env._opening)
-    starts = range(0, len(environments), size)
-    jobs = [_score(environments[i:i + size], prompts[i:i + size], completions[i:i + size], accepted)
-            if all(getattr(env, "pinned", None) is pinned for env in environments[i:i + size]) else _none(size)
-            for i in starts]
+    # sessions still opening in the background (open_in_background) are settled here
+    episodes = [episode_of(env) if getattr(env, "pinned", None) is pinned else None for env in environments]
+    jobs = []
+    for i in range(0, len(environments), size):
+        mine = episodes[i:i + size]
+        ours = all(e is not None for e in mine)
+        jobs.append(_score(mine, prompts[i:i + size], completions[i:i + size], accepted) if ours else _none(size))
 
     async def together() -> list[list[float | None]]:
         return list(await asyncio.gather(*jobs))
@@ -58,36 +57,38 @@ async def _none(size: int) -> list[float | None]:
     return [None] * size
 
 
-async def _score(group: Sequence[Adapter], prompts: Sequence[Any], completions: Sequence[Any],
+async def _score(group: Sequence[Episode[Adapter] | None], prompts: Sequence[Any], completions: Sequence[Any],
                  accepted: Sequence[str]) -> list[float | None]:
     from openreward.api.environments.types import GroupCandidate
     from openreward.api.errors import ScoreGroupUnsupported
 
     unscored: list[float | None] = [None] * len(group)
-    tasks = {(env._episode_split, env.task_index) for env in group}
-    where = f"{type(group[0]).__name__}: the group of task {group[0].task_index}"
+    episodes = [e for e in group if e is not None]
+    tasks = {(e.split, e.task_index) for e in episodes}
+    where = f"{type(episodes[0].adapter).__name__}: the group of task {episodes[0].task_index}"
     if len(tasks) > 1:  # never a judgement across tasks: the rows are not GRPO's groups
         log.warning("orsgen: %s is not scored: its rollouts hold tasks %s, not one", where, sorted(map(str, tasks)))
         return unscored
-    started = {i: env._session for i, env in enumerate(group) if env._void is None and env._session is not None}
+    started = {i: e.session for i, e in enumerate(group) if e is not None and e.void is None and e.session is not None}
     if len(started) < 2:
         log.warning("orsgen: %s is not scored: %s of its %d episodes started (a comparison needs two)", where,
                     len(started) or "none", len(group))
         return unscored
     # posted on a session the environment did not end (a tool that raised ends its rollout's: the SDK refuses it)
-    alive = [s for i, s in started.items() if (group[i]._gone or (None,))[0] is not s]
+    alive = [s for i, s in started.items() if group[i].gone is None]  # type: ignore[union-attr]
     if not alive:
         log.warning("orsgen: %s is not scored: the environment ended every one of its sessions", where)
         return unscored
     session = alive[0]
-    candidates = [GroupCandidate(messages=messages.transcript(prompts[i], completions[i], accepted),
+    candidates = [GroupCandidate(messages=transcripts.transcript(prompts[i], completions[i], accepted),
                                  metadata={"rollout": i}) for i in started]
     requests["score_group"] += 1
     try:
         scores = await asyncio.wait_for(session.score_group(candidates), client.timeout("tool"))
     except ScoreGroupUnsupported as exc:
-        client.once(f"score-group-unsupported-{id(group[0].pinned)}", logging.WARNING,
-                    "orsgen: %s: its groups are not scored (None): %s", type(group[0]).__name__, exc)
+        adapter = episodes[0].adapter
+        client.once(f"score-group-unsupported-{id(adapter.pinned)}", logging.WARNING,
+                    "orsgen: %s: its groups are not scored (None): %s", type(adapter).__name__, exc)
         return unscored
     except Exception as exc:  # noqa: BLE001 - the judge failed, or the transport did: this group is unscored
         reason = f"no answer within {client.timeout('tool'):g}s (ORSGEN_TOOL_TIMEOUT)" if isinstance(

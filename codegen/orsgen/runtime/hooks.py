@@ -21,20 +21,21 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Generic, Literal, TypeVar
 
 log = logging.getLogger("orsgen")
+A = TypeVar("A")  # the adapter class a record is about: `hooks.ToolCall[Echo]` types `record.adapter` as Echo
 
 Event = Literal["episode_start", "tool_call", "session_open", "episode_end"]
 EVENTS: tuple[Event, ...] = ("episode_start", "tool_call", "session_open", "episode_end")
 
 
 @dataclass(frozen=True)
-class EpisodeStart:
+class EpisodeStart(Generic[A]):
     """`reset()` returned. `error` says why the task could not start (the episode is then unscored); with
     `open_in_background` the start is settled at the first tool call and reported there."""
 
-    adapter: Any
+    adapter: A
     split: str
     task_index: int
     stream: str | None  # "train" or "eval" inside a GRPOTrainer batch, else None
@@ -44,24 +45,25 @@ class EpisodeStart:
 
 
 @dataclass(frozen=True)
-class ToolCall:
+class ToolCall(Generic[A]):
     """One tool call the model made: its result, or the error the model was shown instead."""
 
-    adapter: Any
+    adapter: A
     name: str
     arguments: dict[str, Any]
     result: Any
     error: str | None
     seconds: float
     reward: float | None  # what the tool returned as reward (None: none, or the call failed)
+    stream: str | None = None  # "train" or "eval" inside a GRPOTrainer batch, else None
 
 
 @dataclass(frozen=True)
-class SessionOpen:
+class SessionOpen(Generic[A]):
     """One attempt at opening a session (a reset's, or one opened ahead): several per episode when starts are
     retried. `status` is the HTTP status of a failed attempt when there was one (429: the environment is full)."""
 
-    adapter: Any
+    adapter: A
     split: str
     task_index: int
     attempt: int  # 0 for the first, 1.. for retries
@@ -72,11 +74,11 @@ class SessionOpen:
 
 
 @dataclass(frozen=True)
-class EpisodeEnd:
+class EpisodeEnd(Generic[A]):
     """The episode's reward was read (`get_reward()` or one of the runtime's reward functions), or the episode was
-    closed unread. `reason` says why it is unscored: "not_started", "stale_prompt" or "no_tool_scored"."""
+    closed unread. `reason` says why it is unscored: one of `episode.Unscored` (a str: "not_started", ...)."""
 
-    adapter: Any
+    adapter: A
     split: str
     task_index: int | None
     stream: str | None

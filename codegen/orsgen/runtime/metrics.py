@@ -11,6 +11,7 @@ it is. Nothing here sends a request to the environment.
 
 from __future__ import annotations
 
+import collections
 import logging
 import threading
 import weakref
@@ -19,7 +20,8 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from orsgen.runtime import ahead, client, hooks, trl
+from orsgen.runtime import ahead, client, hooks, sessions, trl
+from orsgen.runtime.episode import Unscored
 
 PREFIX = "orsgen/"
 _SENTINEL = PREFIX + "episodes"  # absent from `_metrics[mode]`: TRL logged the window and cleared it
@@ -32,9 +34,7 @@ class _Counts:
     episodes: int = 0
     scored: int = 0
     finished: int = 0
-    not_started: int = 0
-    stale_prompt: int = 0
-    no_tool_scored: int = 0
+    unscored: collections.Counter[Unscored] = field(default_factory=collections.Counter)  # by reason
     calls: int = 0
     failed_calls: int = 0
     starts: int = 0
@@ -62,12 +62,13 @@ def _percentile(values: list[float], q: float) -> float:
 
 def figures(c: _Counts) -> dict[str, float]:
     """The logged figures of a window (fractions and per-episode means only when it had episodes)."""
-    out: dict[str, float] = {
-        "episodes": c.episodes, "unscored/not_started": c.not_started, "unscored/stale_prompt": c.stale_prompt,
-        "unscored/no_tool_scored": c.no_tool_scored, "starts": c.starts, "start_failures": c.start_failures,
+    out: dict[str, float] = {"episodes": c.episodes}
+    out.update({f"unscored/{reason}": c.unscored[reason] for reason in Unscored})  # every reason, by construction
+    out.update({
+        "starts": c.starts, "start_failures": c.start_failures,
         "start_retries": c.start_retries, "capacity_refusals": c.capacity_refusals, "ahead/opened": c.ahead_opened,
         "ahead/taken": c.ahead_taken, "ahead/unused": c.ahead_unused, "sessions_open": c.sessions_open,
-    }
+    })
     if c.episodes:
         out.update({"scored_fraction": c.scored / c.episodes, "finished_fraction": c.finished / c.episodes,
                     "tool_calls_per_episode": c.calls / c.episodes,
@@ -82,18 +83,11 @@ def _ahead_counts() -> tuple[int, int, int]:
     return ahead.totals["opened"], ahead.totals["taken"], ahead.totals["unused"]
 
 
-def _sessions_open() -> int:
-    from orsgen.runtime.adapter import _live
-
-    held = sum(1 for a in list(_live) if a._session is not None or a._opening is not None)
-    return held + sum(len(q) for a in list(ahead._holding) for q in list(a.waiting.values()))
-
-
 def _silent(trainer: Any | None) -> str | None:
     """Why the figures cannot reach this trainer's logs, if they cannot."""
     if trainer is None:
         return "no trainer calls it"
-    if not isinstance(getattr(trainer, "_metrics", None), dict):
+    if trl.metrics_window(trainer, "train") is None:
         return f"{type(trainer).__name__} has no _metrics (TRL's GRPO trainers do)"
     if trl.rollouts_elsewhere(trainer):
         return f"{type(trainer).__name__} runs its rollouts in another process, out of the callback's sight"
@@ -131,9 +125,7 @@ class EpisodeMetrics(TrainerCallback):  # type: ignore[misc]
         """The record's own stream, else the trainer's mode as TRL decides it (model.training)."""
         if stream is not None:
             return stream
-        trainer = self._trainer() if self._trainer is not None else None
-        training = getattr(getattr(trainer, "model", None), "training", True)
-        return "train" if training else "eval"
+        return trl.training(self._trainer() if self._trainer is not None else None)
 
     def _seen(self, event: str, record: Any) -> None:
         if self._trainer is None:  # before the trainer was built (dataset(prompts=True), a look by hand)
@@ -147,11 +139,11 @@ class EpisodeMetrics(TrainerCallback):  # type: ignore[misc]
                 c.calls += record.calls
                 c.failed_calls += record.failures
                 if record.reason is not None:
-                    setattr(c, record.reason, getattr(c, record.reason) + 1)
+                    c.unscored[Unscored(record.reason)] += 1
             elif event == "episode_start":
                 self._since[self._mode(record.stream)].reset_seconds.append(record.seconds)
             elif event == "tool_call":
-                self._since[self._mode(record.adapter._stream)].tool_seconds.append(record.seconds)
+                self._since[self._mode(record.stream)].tool_seconds.append(record.seconds)
             elif event == "session_open":  # booked to the batch it was opened for, whenever it finished
                 c = self._since[self._mode(record.stream)]
                 c.starts += 1
@@ -192,13 +184,15 @@ class EpisodeMetrics(TrainerCallback):  # type: ignore[misc]
         mine.ahead_opened, mine.ahead_taken, mine.ahead_unused = (now - before for now, before in
                                                                   zip(seen, self._ahead_seen, strict=True))
         self._ahead_seen = seen
-        mine.sessions_open = _sessions_open()
+        mine.sessions_open = sessions.held()
         parts = [mine]
         if trainer.accelerator.num_processes > 1:  # a collective: every rank flushes at the same step
             from accelerate.utils import gather_object
 
             parts = gather_object([mine])
-        logged = trainer._metrics[mode]
+        logged = trl.metrics_window(trainer, mode)
+        if logged is None:
+            return
         if _SENTINEL not in logged:  # TRL logged the last window (and cleared it): a new one begins
             self._window[mode] = _Counts()
         window = self._window[mode]

@@ -1,59 +1,24 @@
-"""What a generated module pinned about its environment (connection, snapshot, task list) and what is derived from
-it once per process: the drift check, split sizes, the task order, the start failures in a row. The dataset's rows
-are read by `rows`."""
+"""What a generated module pinned about its environment (connection, snapshot, task list), and the objects that live
+once per environment and process: its session opener (`sessions`: drift check, start failures in a row), the store
+of what is opened ahead (`ahead`), the task order (`order`). The dataset's rows are read by `rows`."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-import logging
 import os
-import threading
-import time
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from orsgen.runtime import bounds, client, rows
+from orsgen.runtime import client, rows
 from orsgen.runtime.ahead import Ahead
-from orsgen.runtime.errors import DriftError, WrongServer
+from orsgen.runtime.sessions import Connection, InARow, Sessions
 from orsgen.runtime.tasks import Order
-
-log = logging.getLogger("orsgen")
 
 if TYPE_CHECKING:
     import datasets
     from openreward.api.environments.client import AsyncEnvironment
-
-class InARow:
-    """Start failures of one environment since its last start that worked. "The environment is down" is a judgement
-    over time: no start has worked for a while (`down_after` seconds since the first failure, after its retries) and
-    at least a floor of tasks failed. A count alone says nothing: 32 rollouts in flight fail at one moment of downtime.
-    """
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.count = 0
-        self.last: tuple[str, int] | None = None
-        self.since: float | None = None  # when the first failure since the last start that worked was counted
-
-    def started(self) -> None:
-        with self.lock:
-            self.count, self.last, self.since = 0, None, None
-
-    def failed(self, task: tuple[str, int], in_batch: bool) -> tuple[int, float]:
-        """Count a task that could not start: (failures in a row so far, seconds since the first of them). In a
-        trainer, the rollouts of a GRPO group reset one after the other on the same task: a task that fails for all
-        of them counts once, so one broken task does not look like an environment that is down."""
-        with self.lock:
-            now = time.monotonic()
-            if self.since is None:
-                self.since = now
-            if self.last != task or not in_batch:
-                self.count += 1
-            self.last = task
-            return self.count, now - self.since
-
 
 @dataclass(eq=False)
 class Pinned:
@@ -71,61 +36,28 @@ class Pinned:
     task_classes: dict[int, str] = field(default_factory=dict)  # task -> adapter class (task-specific tools)
     task_tools_split: str | None = None
     default_class: str = ""
-    _drift_checked: set[str] = field(default_factory=set, repr=False)
     _sizes: dict[tuple[str | None, str], int] = field(default_factory=dict, repr=False)
-    _builds_seen: set[str] = field(default_factory=set, repr=False)
-    _serves_env: set[str] = field(default_factory=set, repr=False)  # servers known to serve the environment
     _tasks: dict[str, list[Any]] | None = field(default=None, repr=False)
-    _drift_lock: asyncio.Lock | None = field(default=None, repr=False)  # made on the runtime's loop
     order: Order = field(default_factory=Order, repr=False)
     ahead: Ahead = field(default_factory=Ahead, repr=False)
-    failures: InARow = field(default_factory=InARow, repr=False)  # start failures in a row, of this environment
     conversations: set[tuple[str, int]] = field(default_factory=set, repr=False)  # tasks served as turns (messages)
+    sessions: Sessions = field(init=False, repr=False)
 
-    def server(self, url: str | None) -> str | None:
-        """The session server: the adapter's, else OPENREWARD_SESSION_URL, else the pinned one (None: the SDK's)."""
-        return url or os.environ.get("OPENREWARD_SESSION_URL") or self.url
+    def __post_init__(self) -> None:
+        self.sessions = Sessions(self.module, self.target, self.deployment, self.env, self.url, self.snapshot,
+                                 self.build, self.pinned_spec, self.conversations)
 
-    def environment(self, url: str | None, api_key: str | None) -> AsyncEnvironment:
-        return client.loop().environment(self.deployment, self.env, self.server(url), api_key)
+    @property
+    def failures(self) -> InARow:
+        """Start failures in a row, of this environment."""
+        return self.sessions.failures
 
-    async def check_drift(self, env: AsyncEnvironment, url: str | None) -> None:
-        """Compare the live tool list with the snapshot, once per process and server (on the runtime's loop)."""
-        where = self.server(url) or self.deployment
-        if self._drift_lock is None:
-            self._drift_lock = asyncio.Lock()
-        async with self._drift_lock:
-            if where in self._drift_checked:
-                return
-            tools = await asyncio.wait_for(env.list_tools(), client.timeout("reset"))
-            live = {t.name: canonical(bounds.tool({"description": t.description or "", "input_schema": t.input_schema,
-                                                   "name": t.name})) for t in tools}
-            pinned = {t["name"]: t for t in self.snapshot["tools"]}
-            changes = [f"+ {n} (new on the server)" for n in live if n not in pinned]
-            changes += [f"- {n} (gone from the server)" for n in pinned if n not in live]
-            changes += [f"~ {n} (schema or description changed)" for n in live if n in pinned and live[n] != pinned[n]]
-            if changes:
-                raise DriftError(
-                    f"the tools at {where} differ from those pinned in {self.module} ({self.target}): "
-                    f"{'; '.join(changes)}. Regenerate the module, or set ORSGEN_DRIFT_CHECK=0 to train anyway."
-                )
-            self._drift_checked.add(where)
-
-    def check_server(self, url: str | None, exc: BaseException) -> None:
-        """Raise WrongServer, one line, when a 404 came from a session server that does not serve the environment
-        this module pins (`url=` or OPENREWARD_SESSION_URL pointing elsewhere)."""
-        server = self.server(url)
-        if client.status(exc) != 404 or server is None or self.env is None or server in self._serves_env:
-            return
-        served = client.served(server)
-        if served is None or self.env.lower() in {name.lower() for name in served}:
-            self._serves_env.add(server)  # asked once per server: its other 404s are the tasks' own
-            return
-        raise WrongServer(
-            f"{server} serves {', '.join(served) or 'no environment'}, not {self.env!r}, which {self.module} pins "
-            f"(target {self.target}): point url= or OPENREWARD_SESSION_URL at the server of {self.env!r}, or "
-            "regenerate the module for this server"
-        ) from None
+    def secret_names(self) -> list[str]:
+        """The environment variables the module was generated with as secrets (`--secret NAME`): recorded in its
+        ORSGEN_OPTIONS, read by the adapter at run time."""
+        options = getattr(sys.modules.get(self.module), "ORSGEN_OPTIONS", None)
+        names = options.get("secret") if isinstance(options, dict) else None
+        return [str(name) for name in names] if isinstance(names, list) else []
 
     def refuse_split(self, split: str, who: str) -> None:
         """ValueError, one line, for a split the module did not pin (one that pinned none accepts any; a split its
@@ -146,7 +78,7 @@ class Pinned:
         pinned = self.pinned_tasks()
         if pinned is not None and split in pinned:
             return len(pinned[split])
-        key = (self.server(url), split)
+        key = (self.sessions.server(url), split)
         if key not in self._sizes:
             self._sizes[key] = int(client.loop().run(env.num_tasks(split), "reset"))
         return self._sizes[key]
@@ -164,18 +96,6 @@ class Pinned:
         if splits is None or split not in splits or not 0 <= index < len(splits[split]):
             return None
         return splits[split][index]
-
-    async def check_build(self, session: Any, url: str | None) -> None:
-        """Warn once per server when its build is not the one the module was generated against."""
-        where = self.server(url) or self.deployment
-        if self.build is None or where in self._builds_seen:
-            return
-        self._builds_seen.add(where)
-        live = (await asyncio.wait_for(session.version(), client.timeout("reset"))).get("build_sha")
-        if live != self.build:
-            log.warning("orsgen: %s was generated against build %s of %s, the server now runs %s: the tools are "
-                        "checked, but tasks, prompts or rewards may have changed", self.module, self.build,
-                        self.target, live)
 
     def dataset(
         self,
@@ -208,17 +128,7 @@ class Pinned:
         if num_tasks is not None and num_tasks < 0:
             raise ValueError(f"dataset(): num_tasks must be >= 0, got {num_tasks}")
         try:
-            return rows.dataset(self, split, num_tasks, indices, include_metadata, prompts, url, api_key)
+            return rows.dataset(self, split, num_tasks, indices, include_metadata, prompts, Connection(url, api_key))
         except Exception as exc:
-            self.check_server(url, exc)
+            self.sessions.check_server(url, exc)
             raise
-
-
-def canonical(node: Any, keep_order: bool = False) -> Any:
-    """The snapshot's JSON form: keys sorted, except in `properties`, whose order is the parameters' order."""
-    if isinstance(node, list):
-        return [canonical(x) for x in node]
-    if not isinstance(node, dict):
-        return node
-    keys = list(node) if keep_order else sorted(node)
-    return {k: canonical(node[k], keep_order=k == "properties" and not keep_order) for k in keys}

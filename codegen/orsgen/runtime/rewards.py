@@ -7,30 +7,30 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from orsgen.runtime.adapter import Adapter
+from orsgen.runtime.adapter import Adapter, call_tool, episode_of
+from orsgen.runtime.episode import Episode
 from orsgen.runtime.errors import ToolError
+
+
+def _each(environments: Sequence[Any], score: Callable[[Episode[Adapter]], float | None]) -> list[float | None]:
+    """`score` of each orsgen adapter's episode, claimed (an episode that did not start gives None, and
+    get_reward() then None: counted once). TRL's multi-environment mode may mix in environments of other kinds:
+    theirs get None (scored by their own get_reward), as TRL does for an environment a reward source is not for."""
+    out: list[float | None] = []
+    for env in environments:
+        episode = episode_of(env)
+        out.append(None if episode is None else episode.claim(score(episode)))
+    return out
 
 
 def outcome_reward(environments: Sequence[Adapter], **kwargs: Any) -> list[float | None]:
     """The last reward a tool gave in each episode (unscored: `unscored_reward`, None by default)."""
-    return [env._claim(_or_unscored(env, env.reward)) if _ours(env) else None for env in environments]
+    return _each(environments, lambda episode: episode.or_unscored(episode.reward))
 
 
 def total_reward(environments: Sequence[Adapter], **kwargs: Any) -> list[float | None]:
     """The sum of every step's reward (no step scored: `unscored_reward`, None by default)."""
-    return [env._claim(_or_unscored(env, _total(env.rewards))) if _ours(env) else None for env in environments]
-
-
-def _ours(env: Any) -> bool:
-    """An orsgen adapter's rollout. TRL's multi-environment mode may mix in environments of other kinds: theirs
-    get None (scored by their own get_reward), as TRL does for an environment a reward source is not for."""
-    return isinstance(env, Adapter)
-
-
-def _or_unscored(env: Adapter, value: float | None) -> float | None:
-    """An episode no tool scored gives the adapter's `unscored_reward`, as from get_reward() (one that did not
-    start stays None: `_claim`)."""
-    return env.unscored_reward if value is None else value
+    return _each(environments, lambda episode: episode.or_unscored(_total(episode.rewards)))
 
 
 def _total(rewards: list[float | None]) -> float | None:
@@ -40,8 +40,7 @@ def _total(rewards: list[float | None]) -> float | None:
 
 def finished_reward(environments: Sequence[Adapter], **kwargs: Any) -> list[float | None]:
     """The outcome of episodes that finished (none scored: `unscored_reward`); 0.0 for episodes that did not."""
-    return [env._claim(_or_unscored(env, env.reward) if env.finished else 0.0) if _ours(env) else None
-            for env in environments]
+    return _each(environments, lambda episode: episode.or_unscored(episode.reward) if episode.finished else 0.0)
 
 
 def shaped_reward(shape: Callable[[Adapter], float | None], name: str = "shaped_reward") -> Any:
@@ -51,7 +50,7 @@ def shaped_reward(shape: Callable[[Adapter], float | None], name: str = "shaped_
     """
 
     def reward(environments: Sequence[Adapter], **kwargs: Any) -> list[float | None]:
-        return [env._claim(shape(env)) if _ours(env) else None for env in environments]
+        return _each(environments, lambda episode: shape(episode.adapter))
 
     reward.__name__ = reward.__qualname__ = name
     return reward
@@ -63,15 +62,15 @@ def terminal_reward(
     """Send each completion's final assistant message to the terminal `tool`; its reward is the episode's."""
     scores: list[float | None] = []
     for completion, env in zip(completions, environments, strict=True):
-        if not _ours(env):
+        if episode_of(env) is None:
             scores.append(None)
             continue
         messages = completion if isinstance(completion, list) else [{"role": "assistant", "content": completion}]
         final = next((m.get("content") for m in reversed(messages) if m.get("role") == "assistant"), "") or ""
         arg = tool.get("arg")
         try:
-            env._call(tool["name"], {arg: final if isinstance(final, str) else str(final)} if arg else {})
+            call_tool(env, tool["name"], {arg: final if isinstance(final, str) else str(final)} if arg else {})
         except ToolError:
             pass  # the episode keeps what it had (or stays unscored)
-        scores.append(env._claim(_or_unscored(env, env.reward)))
+        scores += _each([env], lambda episode: episode.or_unscored(episode.reward))
     return scores

@@ -1,32 +1,45 @@
 """A split's tasks as dataset rows (`Pinned.dataset`): task specs from the pinned file or by task ranges, prompts
-read in short sessions, columns Arrow can hold."""
+read in short sessions (the environment's opener), columns Arrow can hold; and a bundle's rows of several
+environments (`bundle`)."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping, Sequence
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Protocol
 
-from orsgen.runtime import client, messages
-from orsgen.runtime.adapter import Adapter
+from orsgen.runtime import client, messages, settings
+from orsgen.runtime.errors import named
+from orsgen.runtime.sessions import Connection, Sessions
 
 if TYPE_CHECKING:
     import datasets
 
-    from orsgen.runtime.pinned import Pinned
+
+class Source(Protocol):
+    """What the rows are read from: a pinned environment (`Pinned`)."""
+
+    tasks_file: str | None
+    task_classes: dict[int, str]
+    task_tools_split: str | None
+    default_class: str
+    conversations: set[tuple[str, int]]
+    sessions: Sessions
+
+    def pinned_tasks(self) -> dict[str, list[Any]] | None: ...
 
 RESERVED_COLUMNS = ("prompt", "task_index", "split", "environment", "task_prompt")
 CHUNK = 1024  # tasks per request when a split is large enough for a progress bar
 
 
-def dataset(pinned: Pinned, split: str, num_tasks: int | None, indices: Sequence[int] | None,
-            include_metadata: bool, prompts: bool, url: str | None, api_key: str | None) -> datasets.Dataset:
+def dataset(pinned: Source, split: str, num_tasks: int | None, indices: Sequence[int] | None,
+            include_metadata: bool, prompts: bool, connection: Connection) -> datasets.Dataset:
     """The rows of `Pinned.dataset`, whose arguments it has checked."""
     from datasets import Dataset
 
     if indices is None:
-        tasks = task_specs(pinned, split, 0, num_tasks, url, api_key)
+        tasks = task_specs(pinned, split, 0, num_tasks, connection)
         if num_tasks is not None and len(tasks) < num_tasks:
             raise ValueError(f"dataset(): split {split!r} has {len(tasks)} tasks, {num_tasks} were asked for")
         chosen = list(enumerate(tasks))
@@ -35,7 +48,7 @@ def dataset(pinned: Pinned, split: str, num_tasks: int | None, indices: Sequence
         if not wanted or min(wanted) < 0:
             raise ValueError(f"dataset(): indices must be a non-empty list of indices >= 0, got {list(indices)}")
         start = min(wanted)
-        tasks = task_specs(pinned, split, start, max(wanted) + 1, url, api_key)
+        tasks = task_specs(pinned, split, start, max(wanted) + 1, connection)
         if max(wanted) >= start + len(tasks):
             raise ValueError(f"dataset(): index {max(wanted)} is out of range: split {split!r} has fewer tasks")
         chosen = [(i, tasks[i - start]) for i in wanted]
@@ -48,7 +61,7 @@ def dataset(pinned: Pinned, split: str, num_tasks: int | None, indices: Sequence
     if pinned.task_classes and split == pinned.task_tools_split:  # task-specific tools: route each row to its class
         columns["environment"] = [pinned.task_classes.get(i, pinned.default_class) for i, _ in chosen]
     if prompts:  # a conversation's turns go in `prompt`, its last user turn in `task_prompt` (messages.py)
-        read = read_prompts(pinned, split, [i for i, _ in chosen], url, api_key)
+        read = pinned.sessions.read_prompts(connection, split, [i for i, _ in chosen], settings.resolve(None))
         columns["prompt"], columns["task_prompt"] = messages.columns(read)
         pinned.conversations.update((split, i) for (i, _), turns in zip(chosen, read, strict=True) if len(turns) > 1)
     for key in sorted({k for spec in specs for k in spec} - set(RESERVED_COLUMNS)):
@@ -56,15 +69,14 @@ def dataset(pinned: Pinned, split: str, num_tasks: int | None, indices: Sequence
     return Dataset.from_dict(columns)
 
 
-def task_specs(pinned: Pinned, split: str, start: int, stop: int | None, url: str | None,
-               api_key: str | None) -> list[Any]:
+def task_specs(pinned: Source, split: str, start: int, stop: int | None, connection: Connection) -> list[Any]:
     """Task specs start..stop of a split: from the pinned file, else by task ranges (never one request per task)."""
     splits = pinned.pinned_tasks()
     if splits is not None:
         if split not in splits:
             raise ValueError(f"dataset(): split {split!r} is not in {pinned.tasks_file} (it has {sorted(splits)})")
         return list(splits[split][start:stop])
-    env = pinned.environment(url, api_key)
+    env = pinned.sessions.environment(connection)
     run = client.loop().run
     if stop is None or stop - start <= CHUNK:
         return [task.task_spec for task in run(env.get_task_range(split, start, stop), "reset")]
@@ -81,31 +93,30 @@ def task_specs(pinned: Pinned, split: str, start: int, stop: int | None, url: st
     return specs
 
 
-def read_prompts(pinned: Pinned, split: str, indices: list[int], url: str | None,
-                 api_key: str | None) -> list[list[dict[str, Any]]]:
-    """Each task's turns (`GET /messages`), read in short sessions, 8 at a time."""
-
-    class Reader(Adapter):
-        start_failures = "raise"
-        _whole_conversation = True
-
-    Reader.pinned = pinned
-
-    def read(index: int) -> list[dict[str, Any]]:
-        adapter = Reader(url=url, split=split, api_key=api_key, check_drift=False)
-        try:
-            turns: list[dict[str, Any]] = adapter.reset(task_index=index)
-            return turns
-        finally:
-            adapter._close(wait=True)
-
-    with ThreadPoolExecutor(max_workers=8) as pool:
-        return list(pool.map(read, indices))
-
-
 def one_type(values: list[Any]) -> list[Any]:
     """A column Arrow can hold: values of mixed or nested types are JSON-encoded (None stays None)."""
     kinds = {type(v) for v in values if v is not None}
     if len(kinds) > 1 or not kinds <= {str, int, float, bool}:
         return [v if v is None or isinstance(v, str) else json.dumps(v, sort_keys=True) for v in values]
     return values
+
+
+def bundle(modules: Mapping[str, ModuleType], split: str | None, num_tasks: int | None,
+           include_metadata: bool) -> datasets.Dataset:
+    """A bundle's `dataset()`: every environment's tasks (`num_tasks` of each) in one dataset, each row's
+    `environment` naming its adapter in the bundle's ENVIRONMENTS ("name", or "name.Class" for a task-specific
+    class). An environment that cannot give them raises, naming it: nothing is silently left out of the mix."""
+    from datasets import Dataset
+
+    rows: list[dict[str, Any]] = []
+    for name, module in modules.items():
+        try:
+            part = module.dataset(split=split, num_tasks=num_tasks, include_metadata=include_metadata)
+        except Exception as exc:  # noqa: BLE001 - re-raised as the same kind of error, naming the environment
+            raise named(exc, f"bundle.dataset(): environment {name!r}") from None
+        base = module.PINNED.default_class
+        rows += [{**row, "environment": name if row.get("environment", base) == base else f"{name}.{row['environment']}"}
+                 for row in part.to_list()]
+    keys = list(dict.fromkeys(key for row in rows for key in row))
+    return Dataset.from_dict({key: [row.get(key) for row in rows] if key in RESERVED_COLUMNS
+                              else one_type([row.get(key) for row in rows]) for key in keys})

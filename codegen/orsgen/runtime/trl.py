@@ -33,7 +33,9 @@ What is assumed (TRL 1.13 to 1.16, read from their code and tested against the o
   `on_train_end` when training ends, at max_steps or stopped early (`should_training_stop`), not when train() raises:
   what is opened ahead for a trainer is closed then (`on_training_end`), or when the trainer is collected.
 - Anything else from TRL on the stack (an AsyncGRPO rollout worker, a trainer whose batch cannot be read) is a place
-  where a reset without `task_index` cannot be placed: it is refused, never given "the first task".
+  where a reset without `task_index` cannot be placed: it is refused, never given "the first task". So is a reset on
+  a thread other than the main one outside any trainer: AsyncGRPOTrainer's rollout threads.
+- GRPOTrainer passes reward functions the batch's `environments`; AsyncGRPOTrainer passes none (`NO_ENVIRONMENTS`).
 """
 
 from __future__ import annotations
@@ -58,6 +60,8 @@ NEEDS = (
     "model.training",
 )
 FIX = "pass train_dataset=dataset() so every row carries task_index"
+NO_ENVIRONMENTS = ("{what} needs the rollouts' environments, which GRPOTrainer passes to reward functions and "
+                   "AsyncGRPOTrainer does not: with AsyncGRPOTrainer, train on get_reward() without {what}")
 _DEPTH = 64  # frames searched above a reset: TRL's call chain from train() to reset() is about 10 deep
 
 
@@ -106,6 +110,11 @@ class Place:
     inside: str | None = None  # the TRL code found on the stack when the batch cannot be read; None: outside TRL
     why: str = ""  # why the batch cannot be read
 
+    def placeable(self) -> bool:
+        """Whether a reset without task_index may get a task here: in a batch, or outside TRL on the main thread
+        (a look at a prompt by hand); not inside TRL code that was not read, nor on AsyncGRPOTrainer's threads."""
+        return self.batch is not None or (self.inside is None and not rollout_thread())
+
     def refusal(self) -> str:
         """The one line a reset without task_index gets where it cannot be placed."""
         if self.inside is not None:
@@ -114,6 +123,12 @@ class Place:
         thread = threading.current_thread().name
         return (f"reset() without task_index from thread {thread!r}, outside GRPOTrainer's batch (AsyncGRPOTrainer's "
                 f"rollout threads): the rollout's GRPO group cannot be known: {FIX}")
+
+
+def rollout_thread() -> bool:
+    """A thread other than the main one: where AsyncGRPOTrainer runs its rollouts (and open-ahead, which would
+    compete with its own overlap, does not engage)."""
+    return threading.current_thread() is not threading.main_thread()
 
 
 def installed() -> str:
@@ -372,6 +387,18 @@ def _in_range(found: str) -> bool:
         digits = "".join(ch for ch in piece if ch.isdigit())
         parts.append(int(digits or 0))
     return RANGE[0] <= (parts[0], parts[1] if len(parts) > 1 else 0) < RANGE[1]
+
+
+def training(trainer: Any | None) -> str:
+    """The stream the trainer is in, as TRL decides it: "eval" when its model is not training."""
+    return "train" if getattr(getattr(trainer, "model", None), "training", True) else "eval"
+
+
+def metrics_window(trainer: Any, mode: str) -> dict[str, list[float]] | None:
+    """The trainer's window of figures for `mode` (`_metrics[mode]`: lists of values per name, which `log()`
+    averages and clears), None when it keeps none."""
+    found = getattr(trainer, "_metrics", None)
+    return found[mode] if isinstance(found, dict) and isinstance(found.get(mode), dict) else None
 
 
 def rollouts_elsewhere(trainer: Any) -> bool:

@@ -1,0 +1,336 @@
+"""The sessions of one pinned environment, in one owner (`Sessions`, one per `Pinned`): opening with retries, the
+drift and build checks, the start-failure contract, closing in the background, and the sessions held open.
+
+An opener takes a `Connection` (server, API key, secrets) and `Settings`, never an adapter: the adapter, the
+open-ahead planner (ahead.py) and `dataset(prompts=True)` (rows.py) all open through it. `held()` counts the
+sessions of every opener that are open on a server right now; `close_all()` (adapter.py) ends what they hold.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Coroutine, Hashable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+from orsgen.runtime import bounds, client, messages
+from orsgen.runtime.errors import DriftError, StartError, WrongServer
+from orsgen.runtime.settings import Settings
+
+if TYPE_CHECKING:
+    from openreward.api.environments.client import AsyncEnvironment, AsyncSession
+
+log = logging.getLogger("orsgen")
+Report = Callable[[int, float, "BaseException | None"], None]  # per attempt: (number, start time, error or None)
+_held: set[Any] = set()  # sessions open on a server (entered, not yet exited): touched on the runtime's loop only
+
+
+class Planned(concurrent.futures.Future[Any]):
+    """An opening, owned (by an episode, the look-ahead store) before its session is requested. Whoever opens it
+    marks it running (`fill`); one cancelled before that is never opened. It resolves to (session, prompt), or to
+    None: a look-ahead attempt that failed ("open it in line"). `owner`: the token of the trainer whose batch it is
+    for (ahead.release)."""
+
+    def __init__(self, owner: Hashable | None = None) -> None:
+        super().__init__()
+        self.owner = owner
+
+
+async def fill(opening: Planned, start: Coroutine[Any, Any, Any]) -> None:
+    """Resolve an opening with what `start` opens, unless it was given up before it began (cancelled): then
+    nothing is requested."""
+    if not opening.set_running_or_notify_cancel():
+        start.close()
+        return
+    try:
+        opening.set_result(await start)
+    except BaseException as exc:  # handed to whoever takes the opening (a cancelled loop: re-raised too)
+        opening.set_exception(exc)
+        if not isinstance(exc, Exception):
+            raise
+
+
+@dataclass(frozen=True, eq=False)
+class Connection:
+    """Where and as whom sessions open: one adapter's `url=`, `api_key=` and `secrets=`."""
+
+    url: str | None = None
+    api_key: str | None = None
+    secrets: Mapping[str, Any] | None = None
+
+    def key(self) -> Hashable:
+        """Equal for connections that open the same sessions (secrets by value: each adapter has its own dict)."""
+        secrets = tuple(sorted((str(k), repr(v)) for k, v in (self.secrets or {}).items()))
+        return self.url, self.api_key, secrets
+
+
+class InARow:
+    """Start failures of one environment since its last start that worked. "The environment is down" is a judgement
+    over time: no start has worked for a while (`down_after` seconds since the first failure, after its retries) and
+    at least a floor of tasks failed. A count alone says nothing: 32 rollouts in flight fail at one moment of downtime.
+    """
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.count = 0
+        self.last: tuple[str, int] | None = None
+        self.since: float | None = None  # when the first failure since the last start that worked was counted
+
+    def started(self) -> None:
+        with self.lock:
+            self.count, self.last, self.since = 0, None, None
+
+    def failed(self, task: tuple[str, int], in_batch: bool) -> tuple[int, float]:
+        """Count a task that could not start: (failures in a row so far, seconds since the first of them). In a
+        trainer, the rollouts of a GRPO group reset one after the other on the same task: a task that fails for all
+        of them counts once, so one broken task does not look like an environment that is down."""
+        with self.lock:
+            now = time.monotonic()
+            if self.since is None:
+                self.since = now
+            if self.last != task or not in_batch:
+                self.count += 1
+            self.last = task
+            return self.count, now - self.since
+
+
+def transient(exc: BaseException) -> bool:
+    """Worth another attempt: transport errors, timeouts, 5xx, 408 and 429; not a 4xx the request itself caused."""
+    code = client.status(exc)
+    return code is None or code >= 500 or code in (408, 429)
+
+
+@dataclass(eq=False)
+class Sessions:
+    """Opens, checks and closes the sessions of one pinned environment."""
+
+    module: str  # the generated module's __name__ (for messages)
+    target: str
+    deployment: str
+    env: str | None
+    url: str | None  # the pinned session server; None: OPENREWARD_SESSION_URL or the platform's
+    snapshot: dict[str, Any]
+    build: str | None
+    spec: Callable[[str, int], Any]  # the pinned task spec of (split, index), None when the module pinned none
+    conversations: set[tuple[str, int]]  # tasks served as turns (messages.py): their sessions read /messages
+    failures: InARow = field(default_factory=InARow)
+    _drift_checked: set[str] = field(default_factory=set)
+    _builds_seen: set[str] = field(default_factory=set)
+    _serves_env: set[str] = field(default_factory=set)  # servers known to serve the environment
+    _drift_lock: asyncio.Lock | None = None  # made on the runtime's loop
+
+    def server(self, url: str | None) -> str | None:
+        """The session server: the adapter's, else OPENREWARD_SESSION_URL, else the pinned one (None: the SDK's)."""
+        return url or os.environ.get("OPENREWARD_SESSION_URL") or self.url
+
+    def environment(self, connection: Connection) -> AsyncEnvironment:
+        return client.loop().environment(self.deployment, self.env, self.server(connection.url), connection.api_key)
+
+    # -- opening -------------------------------------------------------------------------------------------------
+
+    async def open(self, env: AsyncEnvironment, connection: Connection, split: str, index: int, settings: Settings,
+                   *, retries: int | None = None, first: int = 0, whole: bool = False,
+                   report: Report | None = None) -> tuple[AsyncSession, Any]:
+        """Open a session on a task and read its prompt (`whole`: every turn of /messages), retrying transient
+        failures with bounded backoff; `first` numbers the first attempt (1: after a failed look-ahead one, a
+        retry). Each attempt is reported. DriftError is raised at once."""
+        limit = settings.reset_timeout
+        retries = settings.start_retries if retries is None else retries
+        for attempt in range(first, first + retries + 1):
+            began, session = time.perf_counter(), None
+            try:
+                session = self._session(env, connection, split, index)  # may refuse before any request: reported
+                if settings.check_drift:  # once per process and server
+                    await self.check_drift(env, connection.url, limit)
+                await asyncio.wait_for(session.__aenter__(), limit)
+                _held.add(session)
+                await self.check_build(session, connection.url, limit)
+                conversation = (split, index) in self.conversations
+                opened = session, await messages.prompt(session, whole, conversation, limit)
+            except DriftError:
+                raise
+            except Exception as exc:
+                if session is not None:  # a session the server half-opened is closed too
+                    with contextlib.suppress(Exception):
+                        await end(session, None, settings.close_timeout)
+                if isinstance(exc, asyncio.TimeoutError):
+                    exc = TimeoutError(f"no answer within {limit:g}s (ORSGEN_RESET_TIMEOUT)")
+                if report is not None:
+                    report(attempt, began, exc)
+                if attempt == first + retries or not transient(exc):
+                    raise exc from None
+                wait = client.retry_after(exc) or min(2.0 ** (attempt - first), 10.0)
+                await asyncio.sleep(min(wait, 60.0))
+            else:
+                if report is not None:
+                    report(attempt, began, None)
+                return opened
+        raise AssertionError("unreachable")
+
+    def _session(self, env: AsyncEnvironment, connection: Connection, split: str, index: int) -> AsyncSession:
+        """A session on the pinned task spec when the module pinned its tasks, else on split and index."""
+        spec = self.spec(split, index)
+        if spec is None:
+            return env.session(split=split, index=index, secrets=connection.secrets)
+        from openreward.api.environments.types import Task
+
+        task = Task(server_name=env.name, environment_name=self.env or env.name, task_spec=spec,
+                    namespace=env.namespace)
+        return env.session(task=task, secrets=connection.secrets)
+
+    def started(self) -> None:
+        self.failures.started()
+
+    def failed_start(self, connection: Connection, split: str, index: int, exc: BaseException, settings: Settings,
+                     in_batch: bool, who: str) -> str:
+        """Why a task could not start, in one line; raised as StartError when the settings say so (start_failures =
+        "raise", at capacity, the environment looks down) and as WrongServer for a server without the environment."""
+        self.check_server(connection.url, exc)
+        reason = client.describe(exc)
+        in_a_row, down_for = self.failures.failed((split, index), in_batch)
+        where = f"{who}: task {index} of split {split!r}"
+        if client.status(exc) == 429:
+            raise StartError(f"{where}: the environment is at capacity after {settings.start_retries + 1} attempts "
+                             f"({reason}): run fewer rollouts at once (per_device_train_batch_size, "
+                             "max_inflight_tasks) or raise the environment's capacity") from None
+        if settings.start_failures == "raise":
+            raise StartError(f"{where} could not start: {reason}") from None
+        if in_a_row >= settings.max_start_failures and down_for >= settings.down_after:
+            raise StartError(f"{in_a_row} episodes in a row could not start and none has started for {down_for:.0f}s "
+                             f"(down_after = {settings.down_after:g}): the environment looks down; last, {where}: "
+                             f"{reason}") from None
+        log.warning("orsgen: %s could not start, the episode is unscored: %s", where, reason)
+        return reason
+
+    def read_prompts(self, connection: Connection, split: str, indices: list[int],
+                     settings: Settings) -> list[list[dict[str, Any]]]:
+        """Each task's turns (`GET /messages`), read in short sessions, 8 at a time (dataset(prompts=True))."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        env = self.environment(connection)
+        quiet = replace(settings, check_drift=False, start_failures="raise")
+
+        def read(index: int) -> list[dict[str, Any]]:
+            future = client.loop().submit(self.open(env, connection, split, index, quiet, whole=True))
+            try:
+                session, turns = future.result()
+            except DriftError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - one line, as a reset that raises gives
+                self.failed_start(connection, split, index, exc, quiet, False, "dataset()")
+                raise AssertionError("unreachable: start_failures is 'raise'") from None
+            self.started()
+            closing = close(session)
+            if closing is not None:
+                with contextlib.suppress(Exception):  # the server reaps what it was not told
+                    closing.result(timeout=settings.close_timeout)
+            return list(turns)
+
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            return list(pool.map(read, indices))
+
+    # -- checks --------------------------------------------------------------------------------------------------
+
+    async def check_drift(self, env: AsyncEnvironment, url: str | None, limit: float) -> None:
+        """Compare the live tool list with the snapshot, once per process and server (on the runtime's loop)."""
+        where = self.server(url) or self.deployment
+        if self._drift_lock is None:
+            self._drift_lock = asyncio.Lock()
+        async with self._drift_lock:
+            if where in self._drift_checked:
+                return
+            tools = await asyncio.wait_for(env.list_tools(), limit)
+            live = {t.name: bounds.canonical(bounds.tool({"description": t.description or "", "input_schema": t.input_schema,
+                                                   "name": t.name})) for t in tools}
+            pinned = {t["name"]: t for t in self.snapshot["tools"]}
+            changes = [f"+ {n} (new on the server)" for n in live if n not in pinned]
+            changes += [f"- {n} (gone from the server)" for n in pinned if n not in live]
+            changes += [f"~ {n} (schema or description changed)" for n in live if n in pinned and live[n] != pinned[n]]
+            if changes:
+                raise DriftError(
+                    f"the tools at {where} differ from those pinned in {self.module} ({self.target}): "
+                    f"{'; '.join(changes)}. Regenerate the module, or set ORSGEN_DRIFT_CHECK=0 to train anyway."
+                )
+            self._drift_checked.add(where)
+
+    async def check_build(self, session: AsyncSession, url: str | None, limit: float) -> None:
+        """Warn once per server when its build is not the one the module was generated against."""
+        where = self.server(url) or self.deployment
+        if self.build is None or where in self._builds_seen:
+            return
+        self._builds_seen.add(where)
+        live = (await asyncio.wait_for(session.version(), limit)).get("build_sha")
+        if live != self.build:
+            log.warning("orsgen: %s was generated against build %s of %s, the server now runs %s: the tools are "
+                        "checked, but tasks, prompts or rewards may have changed", self.module, self.build,
+                        self.target, live)
+
+    def check_server(self, url: str | None, exc: BaseException) -> None:
+        """Raise WrongServer, one line, when a 404 came from a session server that does not serve the environment
+        this module pins (`url=` or OPENREWARD_SESSION_URL pointing elsewhere)."""
+        server = self.server(url)
+        if client.status(exc) != 404 or server is None or self.env is None or server in self._serves_env:
+            return
+        served = client.served(server)
+        if served is None or self.env.lower() in {name.lower() for name in served}:
+            self._serves_env.add(server)  # asked once per server: its other 404s are the tasks' own
+            return
+        raise WrongServer(
+            f"{server} serves {', '.join(served) or 'no environment'}, not {self.env!r}, which {self.module} pins "
+            f"(target {self.target}): point url= or OPENREWARD_SESSION_URL at the server of {self.env!r}, or "
+            "regenerate the module for this server"
+        ) from None
+
+
+async def end(session: AsyncSession | None, opening: concurrent.futures.Future[Any] | None,
+              limit: float | None = None) -> None:
+    """Close a session; one still opening is closed once it has opened, one whose opening never began (a planned
+    one, cancelled here) never opens, one that failed or was left by the look-ahead (None) has nothing to close."""
+    if opening is not None:
+        if isinstance(opening, Planned) and opening.cancel():  # not begun: nothing was requested
+            return
+        try:
+            opened = await asyncio.wrap_future(opening)
+        except BaseException:  # noqa: BLE001 - it never opened (or closed itself on failure)
+            return
+        if opened is None:  # left by the look-ahead: never opened
+            return
+        session = opened[0]
+    if session is not None:
+        try:
+            await asyncio.wait_for(session.__aexit__(None, None, None), limit or client.timeout("close"))
+        finally:
+            _held.discard(session)
+
+
+def close(session: AsyncSession | None = None,
+          opening: concurrent.futures.Future[Any] | None = None) -> concurrent.futures.Future[None] | None:
+    """Close a session (or one still opening) on the runtime's loop, tracked so close_all() and exit wait for it;
+    the close's future, or None when there is nothing to close or the loop is gone (the server reaps it)."""
+    if session is None and opening is None:
+        return None
+    running = client._loop
+    if running is None or running.stopped:
+        return None  # the loop is gone (interpreter exit): the server reaps the session
+    future = running.submit(end(session, opening))
+    running.closing.add(future)
+    future.add_done_callback(running.closing.discard)
+    return future
+
+
+def held() -> int:
+    """Sessions open on a server right now, of every environment of this process (opened, not yet closed)."""
+    return len(_held)
+
+
+def wait_closing() -> None:
+    """Wait (bounded, ORSGEN_CLOSE_TIMEOUT) for every close sent in the background."""
+    running = client._loop
+    if running is not None and not running.stopped:
+        concurrent.futures.wait(list(running.closing), timeout=client.timeout("close"))

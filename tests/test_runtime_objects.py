@@ -1,0 +1,207 @@
+"""The runtime as objects (issue 27): no module but the adapter's names an adapter private, the import graph runs
+down the layers CONTRIBUTING shows, one settings table (the README's), the secrets a module was generated with
+reach its sessions, a public count of open sessions, and every reason an episode goes unscored is counted."""
+
+import ast
+import base64
+import json
+import re
+from pathlib import Path
+
+import pytest
+from orsgen.runtime import Adapter, Unscored, close_all, episode_of, open_sessions, settings
+
+from tests.harness import servers
+from tests.harness.generation import in_process, load
+
+ROOT = Path(__file__).resolve().parent.parent
+RUNTIME = ROOT / "codegen" / "orsgen" / "runtime"
+MODULES = {p.stem: p for p in RUNTIME.glob("*.py")}
+CANARY = "canary-27-not-for-files"
+
+
+# -- who may touch what -----------------------------------------------------------------------------------------------
+
+
+def adapter_privates() -> set[str]:
+    """The private names of `Adapter`: its methods and attributes (`self._x = ...` in adapter.py)."""
+    tree = ast.parse(MODULES["adapter"].read_text(encoding="utf-8"))
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Adapter")
+    names = {n.name for n in cls.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    names |= {t.attr for n in ast.walk(cls) if isinstance(n, (ast.Assign, ast.AnnAssign))
+              for t in (n.targets if isinstance(n, ast.Assign) else [n.target])
+              for t in ast.walk(t) if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name)
+              and t.value.id == "self"}
+    return {n for n in names if n.startswith("_") and not n.startswith("__")}
+
+
+def test_no_runtime_module_but_the_adapters_names_an_adapter_private():
+    privates = adapter_privates()
+    assert {"_episode", "_settle", "_close", "_call"} <= privates  # the walk sees them at all
+    named = []
+    for stem, path in MODULES.items():
+        if stem == "adapter":
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        named += [f"{stem}.py:{n.lineno}: .{n.attr}" for n in ast.walk(tree)
+                  if isinstance(n, ast.Attribute) and n.attr in privates]
+        named += [f"{stem}.py:{n.lineno}: class {n.name}(Adapter)" for n in ast.walk(tree)
+                  if isinstance(n, ast.ClassDef) and any(ast.unparse(b).endswith("Adapter") for b in n.bases)]
+    assert named == []
+
+
+def runtime_imports(path: Path) -> set[str]:
+    """The runtime modules a runtime module imports: anywhere, in functions and under TYPE_CHECKING too; a name
+    imported from the package itself is an edge to `__init__` unless it is a module."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("orsgen.runtime"):
+            if node.module == "orsgen.runtime":
+                found |= {a.name if a.name in MODULES else "__init__" for a in node.names}
+            else:
+                found.add(node.module.split(".")[2])
+        elif isinstance(node, ast.Import):
+            found |= {a.name.split(".")[2] for a in node.names if a.name.startswith("orsgen.runtime.")}
+    return found - {path.stem}
+
+
+def layers() -> dict[str, int]:
+    """The runtime's layers as CONTRIBUTING's table draws them: `| N | `module`, `module` | ... |` rows."""
+    text = (ROOT / "CONTRIBUTING.md").read_text(encoding="utf-8")
+    found = {}
+    for line in text.split("<!-- runtime layers -->", 2)[1].splitlines():
+        match = re.match(r"^\| (\d+) \| ([^|]+) \|", line)
+        if match:
+            found.update({name: int(match[1]) for name in re.findall(r"`([a-z_]+)`", match[2])})
+    return found
+
+
+def test_the_runtime_import_graph_runs_down_the_layers_without_a_cycle():
+    layer = layers()
+    assert set(layer) == set(MODULES), f"CONTRIBUTING's layers and the runtime's modules differ: {set(layer) ^ set(MODULES)}"
+    graph = {stem: runtime_imports(path) for stem, path in MODULES.items()}
+    assert graph["adapter"] and "pinned" in graph["adapter"]  # TYPE_CHECKING imports are seen
+    upward = [f"{a} (layer {layer[a]}) imports {b} (layer {layer[b]})" for a, deps in graph.items() for b in deps
+              if layer[b] > layer[a]]
+    assert upward == []
+    done: set[str] = set()
+
+    def walk(name: str, path: tuple[str, ...]) -> None:
+        assert name not in path, f"import cycle: {' -> '.join((*path, name))}"
+        if name not in done:
+            for dep in sorted(graph[name]):
+                walk(dep, (*path, name))
+            done.add(name)
+
+    for name in sorted(graph):
+        walk(name, ())
+
+
+# -- one set of settings ----------------------------------------------------------------------------------------------
+
+
+def test_the_readme_documents_the_settings_table_as_it_is():
+    assert settings.table() in (ROOT / "README.md").read_text(encoding="utf-8")
+
+
+def test_a_setting_comes_from_the_constructor_then_the_variable_then_the_class(monkeypatch):
+    class Odd(Adapter):
+        open_ahead = False
+        start_retries = 5
+
+    assert settings.resolve(Odd).open_ahead is False and settings.resolve(Odd).start_retries == 5
+    monkeypatch.setenv("ORSGEN_OPEN_AHEAD", "next-step")
+    assert settings.resolve(Odd).open_ahead == "next-step"
+    assert settings.resolve(Odd, {"open_ahead": True}).open_ahead is True
+    monkeypatch.setenv("ORSGEN_DRIFT_CHECK", "off")
+    assert settings.resolve(Odd).check_drift is False
+    assert settings.resolve(Odd, {"check_drift": True}).check_drift is True
+    with pytest.raises(ValueError, match=r"^Odd\(settings=\.\.\.\): no setting 'retries': one of open_in_background"):
+        settings.resolve(Odd, {"retries": 1})
+    monkeypatch.setenv("ORSGEN_DRIFT_CHECK", "maybe")
+    with pytest.raises(ValueError, match=r"^ORSGEN_DRIFT_CHECK='maybe': one of 0 \(off\), 1 \(on\)$"):
+        settings.resolve(Odd)
+
+
+def test_an_adapter_takes_its_settings_at_construction_and_refuses_a_bad_one_at_reset(echo_server, generate):
+    mod = generate(echo_server.url)
+    env = mod.Echo(settings={"unscored_reward": 0.5, "start_retries": 0})
+    env.reset(task_index=0)
+    assert env.get_reward() == 0.5  # no tool scored: the constructor's unscored_reward
+    with pytest.raises(ValueError, match=r"^Echo\(settings=\{'start_retries': -1\}\): 0 or more"):
+        mod.Echo(settings={"start_retries": -1}).reset(task_index=0)
+    close_all()
+
+
+# -- the episode, counted -----------------------------------------------------------------------------------------
+
+
+def test_every_unscored_reason_has_its_figure():
+    from orsgen.runtime import metrics
+
+    counts = metrics._Counts(episodes=len(Unscored))
+    for reason in Unscored:
+        counts.unscored[reason] += 1
+    shown = metrics.figures(counts)
+    assert {f"orsgen/unscored/{reason}": 1.0 for reason in Unscored}.items() <= shown.items()
+
+
+def test_open_sessions_counts_what_the_server_holds(generate):
+    with servers.running("examples.echo:Echo", env={"ORSGEN_COUNT_REQUESTS": "1"}) as echo_server:
+        sessions_counted(echo_server, generate(echo_server.url))
+
+
+def sessions_counted(echo_server, mod):
+    close_all()
+    before = open_sessions()
+    envs = [mod.Echo() for _ in range(3)]
+    for env in envs:
+        env.reset(task_index=0)
+    assert open_sessions() - before == 3
+    sids = {episode_of(env).session.sid for env in envs}
+    assert sids <= set(echo_server.open_sessions())
+    close_all()
+    assert open_sessions() == 0 and not sids & set(echo_server.open_sessions())
+
+
+# -- secrets named at generation ------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def guarded(tmp_path_factory):
+    """(server, module generated with --secret GRADER_KEY, its path)."""
+    with servers.running("tests.envs.quirks:Guarded", env={"ORSGEN_COUNT_REQUESTS": "1"}) as server:
+        out = tmp_path_factory.mktemp("guarded") / "guarded.py"
+        result = in_process(server.url, "--task-tools-from", "0", "--task-tools-for-all", "--secret", "GRADER_KEY",
+                            "-o", str(out), env={"GRADER_KEY": CANARY})
+        assert result.returncode == 0, result.stderr
+        yield server, load(out), out
+
+
+def test_a_secret_named_at_generation_is_read_from_its_variable_at_run_time(guarded, monkeypatch):
+    server, mod, out = guarded
+    monkeypatch.setenv("GRADER_KEY", CANARY)
+    before = len(server.headers())
+    env = mod.Guarded()  # no secrets= by hand
+    prompt = env.reset(task_index=0)
+    assert "could not start" not in str(prompt) and episode_of(env).session is not None
+    sent = [json.loads(base64.b64decode(r["headers"]["x-secrets"])) for r in server.headers()[before:]
+            if "x-secrets" in r["headers"]]
+    assert sent and all(s["GRADER_KEY"]["value"] == CANARY for s in sent)
+    close_all()
+    assert CANARY not in out.read_text(encoding="utf-8")
+
+
+def test_a_missing_secret_variable_is_one_line_naming_it_before_any_request(guarded, monkeypatch):
+    server, mod, _ = guarded
+    monkeypatch.delenv("GRADER_KEY", raising=False)
+    server.requests()
+    with pytest.raises(ValueError) as refused:
+        mod.Guarded()
+    line = str(refused.value)
+    assert "\n" not in line and "GRADER_KEY" in line and line.startswith("Guarded: ")
+    assert server.requests() == {}  # nothing was asked
+    env = mod.Guarded(secrets={"GRADER_KEY": (CANARY, [])})  # given by hand, the variable is not needed
+    env.reset(task_index=0)
+    assert episode_of(env).session is not None
+    close_all()
