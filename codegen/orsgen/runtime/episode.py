@@ -31,6 +31,7 @@ class Unscored(enum.StrEnum):
     NOT_STARTED = "not_started"  # its session could not start
     STALE_PROMPT = "stale_prompt"  # the live prompt differed from the dataset's (open_in_background)
     NO_TOOL_SCORED = "no_tool_scored"  # it ran, but no tool returned a reward
+    TIMED_OUT = "timed_out"  # a tool was called after its episode_timeout (ORSGEN_EPISODE_TIMEOUT)
 
 
 class Episode(Generic[A]):
@@ -83,6 +84,9 @@ class Episode(Generic[A]):
 
     def usable(self, name: str) -> AsyncSession:
         """The session a call of tool `name` goes to, or the ToolError (one line) the model is shown instead."""
+        limit = self.settings.episode_timeout
+        if self.why is None and limit is not None and time.perf_counter() - self.began > limit:
+            self.refuse(Unscored.TIMED_OUT, f"it ran past its {limit:g}s from reset (ORSGEN_EPISODE_TIMEOUT)")
         if self.why is not None:
             raise ToolError(f"{name}: this episode is not scored: {self.why}")
         if self.session is None:

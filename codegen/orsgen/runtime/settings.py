@@ -37,6 +37,7 @@ class Settings:
     reset_timeout: float = 120.0
     tool_timeout: float = 900.0
     close_timeout: float = 10.0
+    episode_timeout: float | None = None
 
 
 DEFAULTS = Settings()
@@ -90,10 +91,15 @@ def _seconds(default: float) -> Callable[[Any, Source], float]:
         except (TypeError, ValueError):
             seconds = math.nan
         if not 0 < seconds < math.inf:  # 0, negative or nan: every wait times out at once; inf overflows them
-            raise Refused(f"a number of seconds above 0 is needed (default {default:g})")
+            raise Refused(f"a number of seconds above 0 is needed (default {default:g})" if default < math.inf else
+                          "a number of seconds above 0 is needed (unset: no limit)")
         return seconds
 
     return parse
+
+
+def _limit(value: Any, source: Source) -> float | None:
+    return None if value is None else _seconds(math.inf)(value, source)
 
 
 def _retries(value: Any, source: Source) -> int:
@@ -154,6 +160,8 @@ SETTINGS = (
             variable="ORSGEN_TOOL_TIMEOUT"),
     Setting("close_timeout", _seconds(DEFAULTS.close_timeout), "bound on closing a session",
             variable="ORSGEN_CLOSE_TIMEOUT"),
+    Setting("episode_timeout", _limit, "seconds from reset: a tool call after them voids the episode (unscored "
+            "timed_out) and fails, as every later one does", variable="ORSGEN_EPISODE_TIMEOUT"),
 )
 BY_NAME = {row.name: row for row in SETTINGS}
 BY_VARIABLE = {row.variable: row for row in SETTINGS if row.variable}
