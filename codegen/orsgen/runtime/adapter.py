@@ -55,6 +55,8 @@ def close_all() -> None:
     for left in ahead.drain_all():
         sessions.close(None, left)
     sessions.wait_closing()
+    sessions.close_held()  # what no adapter or store held any more (a reader's, a late look-ahead's)
+    sessions.wait_closing()
 
 
 def _exit_closers() -> list[Coroutine[Any, Any, None]]:
@@ -75,7 +77,7 @@ def episode_of(env: Any) -> Episode[Adapter] | None:
     if not isinstance(env, Adapter):
         return None
     env._settle_unused()
-    return env._episode
+    return env._episode_now
 
 
 def call_tool(env: Adapter, name: str, arguments: dict[str, Any]) -> Any:
@@ -138,7 +140,7 @@ class Adapter:
         self._given = {**(settings or {}), **({} if check_drift is None else {"check_drift": check_drift})}
         self._settings = _DEFAULTS  # resolved at each reset
         self._env: AsyncEnvironment | None = None
-        self._episode: Episode[Adapter] = Episode(self, self._split)  # none began yet
+        self._episode_now: Episode[Adapter] = Episode(self, self._split)  # none began yet
         self._in_batch = False  # the last reset was placed in a trainer's batch
         _live.add(self)
 
@@ -147,37 +149,37 @@ class Adapter:
     @property
     def reward(self) -> float | None:
         """The last reward a tool returned (None: none yet)."""
-        return self._episode.reward
+        return self._episode_now.reward
 
     @property
     def rewards(self) -> list[float | None]:
         """Every tool call's reward, in order."""
-        return self._episode.rewards
+        return self._episode_now.rewards
 
     @property
     def metadata(self) -> dict[str, Any] | None:
         """The last metadata a tool returned."""
-        return self._episode.metadata
+        return self._episode_now.metadata
 
     @property
     def finished(self) -> bool:
         """A tool said the episode is finished (or the environment ended its session)."""
-        return self._episode.finished
+        return self._episode_now.finished
 
     @property
     def last_output(self) -> Any:
         """The last tool output, as the SDK gave it."""
-        return self._episode.last_output
+        return self._episode_now.last_output
 
     @property
     def task_index(self) -> int | None:
         """The episode's task."""
-        return self._episode.task_index
+        return self._episode_now.task_index
 
     @property
     def prompt_mismatch(self) -> str | None:
         """The live prompt, when it differed from the dataset's (the episode is then void)."""
-        return self._episode.prompt_mismatch
+        return self._episode_now.prompt_mismatch
 
     # -- episodes ------------------------------------------------------------------------------------------------
 
@@ -200,11 +202,11 @@ class Adapter:
         prompt is returned at once and the session opens in the background; the first tool call waits for it. A live
         prompt that differs voids the episode (``prompt_mismatch`` then holds it).
         """
-        self._episode.end(None)  # an episode closed before its reward was read
+        self._episode_now.end(None)  # an episode closed before its reward was read
         previous = self._detach()
         began = time.perf_counter()
         split = row.get("split") or self._split
-        self._episode = Episode(self, split)  # what the last episode held is gone, whatever happens below
+        self._episode_now = Episode(self, split)  # what the last episode held is gone, whatever happens below
         try:
             if row.get("split"):  # a row of a split the module did not pin: every episode would go unscored
                 self.pinned.refuse_split(split, f"{type(self).__name__}.reset(split={split!r})")
@@ -215,7 +217,7 @@ class Adapter:
             messages.note(self.pinned.conversations, self._split, where.batch.rows if where.batch else [row])
             stream = where.batch.stream if where.batch is not None else None
             index = self._task(env, split, row, where, config)
-            episode = self._episode = Episode(self, split, index, stream, config, began)
+            episode = self._episode_now = Episode(self, split, index, stream, config, began)
             batch = where.batch if config.open_ahead is not False else None
             first = batch is not None and not any(isinstance(a, Adapter) for a in batch.adapters[:batch.index])
             if batch is not None and first:  # what the last batch holds is closed before this one opens anything
@@ -260,7 +262,7 @@ class Adapter:
         (None: GRPO leaves it out of its group's baseline); one that could not start, or that one of this module's
         reward functions already counted, gives None: a reward is never counted twice."""
         self._settle_unused()
-        return self._episode.reward_read()
+        return self._episode_now.reward_read()
 
     def _environment(self) -> AsyncEnvironment:
         if self._env is None:
@@ -351,7 +353,7 @@ class Adapter:
     # Typed `str`, as the generated methods are (what TRL reads); a result holding images is a list of content
     # parts, which TRL takes too.
     def _call(self, name: str, arguments: dict[str, Any]) -> str:
-        episode = self._episode
+        episode = self._episode_now
         if episode.opening is not None:
             self._settle(episode.opening)
         with self._reporting(episode, name, arguments) as result:
@@ -367,7 +369,7 @@ class Adapter:
     async def _acall(self, name: str, arguments: dict[str, Any]) -> str:
         """`_call` for `async def` tools: awaits on the caller's loop (never blocking it) while the runtime's loop
         does the request."""
-        episode = self._episode
+        episode = self._episode_now
         if episode.opening is not None:
             opening = episode.opening
             with contextlib.suppress(Exception):  # settled below, with the one message for it
@@ -400,7 +402,7 @@ class Adapter:
     def _settle(self, opening: concurrent.futures.Future[Any]) -> None:
         """The session opened in the background (the first call waits, bounded); a failure or a stale prompt voids
         the episode; tools that drifted from the module's raise DriftError, as an in-line start does."""
-        episode = self._episode
+        episode = self._episode_now
         if episode.opening is not opening:  # settled by a concurrent call
             return
         episode.opening = None
@@ -425,8 +427,8 @@ class Adapter:
     def _settle_unused(self) -> None:
         """A session opened in the background that no tool call settled is settled before its reward is read: one
         that did not start, or whose live prompt differed, gives None, never `unscored_reward`."""
-        if self._episode.opening is not None and self._episode.expected is not None:
-            self._settle(self._episode.opening)
+        if self._episode_now.opening is not None and self._episode_now.expected is not None:
+            self._settle(self._episode_now.opening)
 
     def _failed(self, episode: Episode[Adapter], name: str, exc: BaseException) -> ToolError:
         """The ToolError of a failed call. A tool that raised, or a session the server dropped, ends the session
@@ -448,7 +450,7 @@ class Adapter:
 
     def _detach(self) -> tuple[AsyncSession | None, concurrent.futures.Future[Any] | None]:
         """The episode's session (or its opening), handed to whoever closes it."""
-        episode = self._episode
+        episode = self._episode_now
         held = episode.session, episode.opening
         episode.session = episode.opening = None
         return held
@@ -457,7 +459,7 @@ class Adapter:
         """End the open session, if any: at the next reset (a batch's first reset: every adapter's of the batch),
         on close_all(), at exit and on garbage collection. The server is told in the background, so the next
         rollout does not wait for it; `wait=True` waits (bounded). The close's future, if one was sent."""
-        self._episode.end(None)  # an episode closed before its reward was read
+        self._episode_now.end(None)  # an episode closed before its reward was read
         future = sessions.close(*self._detach())
         if wait and future is not None:
             with contextlib.suppress(Exception):  # the server reaps what it was not told

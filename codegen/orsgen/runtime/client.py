@@ -208,6 +208,12 @@ def loop() -> Loop:
     return _loop
 
 
+def running() -> Loop | None:
+    """The process's runtime loop if it is running (never started, or stopped at exit: None); starts nothing."""
+    found = _loop
+    return found if found is not None and not found.stopped else None
+
+
 def on_exit(hook: Callable[[], list[Coroutine[Any, Any, None]]]) -> None:
     """`hook()` gives the close coroutines of what is still open when the interpreter exits."""
     _exit_hooks.append(hook)

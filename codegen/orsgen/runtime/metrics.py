@@ -185,11 +185,7 @@ class EpisodeMetrics(TrainerCallback):  # type: ignore[misc]
                                                                   zip(seen, self._ahead_seen, strict=True))
         self._ahead_seen = seen
         mine.sessions_open = sessions.held()
-        parts = [mine]
-        if trainer.accelerator.num_processes > 1:  # a collective: every rank flushes at the same step
-            from accelerate.utils import gather_object
-
-            parts = gather_object([mine])
+        parts = trl.gather(trainer, mine)  # a collective: every rank flushes at the same step
         logged = trl.metrics_window(trainer, mode)
         if logged is None:
             return

@@ -44,8 +44,7 @@ class Pinned:
     sessions: Sessions = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        self.sessions = Sessions(self.module, self.target, self.deployment, self.env, self.url, self.snapshot,
-                                 self.build, self.pinned_spec, self.conversations)
+        self.sessions = Sessions(self)
 
     @property
     def failures(self) -> InARow:

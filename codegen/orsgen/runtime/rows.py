@@ -115,8 +115,9 @@ def bundle(modules: Mapping[str, ModuleType], split: str | None, num_tasks: int 
         except Exception as exc:  # noqa: BLE001 - re-raised as the same kind of error, naming the environment
             raise named(exc, f"bundle.dataset(): environment {name!r}") from None
         base = module.PINNED.default_class
-        rows += [{**row, "environment": name if row.get("environment", base) == base else f"{name}.{row['environment']}"}
-                 for row in part.to_list()]
+        for row in part.to_list():
+            own = row.get("environment", base)
+            rows.append({**row, "environment": name if own == base else f"{name}.{own}"})
     keys = list(dict.fromkeys(key for row in rows for key in row))
     return Dataset.from_dict({key: [row.get(key) for row in rows] if key in RESERVED_COLUMNS
                               else one_type([row.get(key) for row in rows]) for key in keys})

@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Coroutine, Hashable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from orsgen.runtime import bounds, client, messages
 from orsgen.runtime.errors import DriftError, StartError, WrongServer
@@ -28,7 +28,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("orsgen")
 Report = Callable[[int, float, "BaseException | None"], None]  # per attempt: (number, start time, error or None)
-_held: set[Any] = set()  # sessions open on a server (entered, not yet exited): touched on the runtime's loop only
+# Sessions open on a server (entered, not yet exited) and the opener that opened them; changed on the runtime's loop.
+_held: dict[Any, Sessions] = {}
 
 
 class Planned(concurrent.futures.Future[Any]):
@@ -106,9 +107,8 @@ def transient(exc: BaseException) -> bool:
     return code is None or code >= 500 or code in (408, 429)
 
 
-@dataclass(eq=False)
-class Sessions:
-    """Opens, checks and closes the sessions of one pinned environment."""
+class Pin(Protocol):
+    """What an opener reads of its pinned environment (`Pinned`), when it uses it: a test may repoint `url`."""
 
     module: str  # the generated module's __name__ (for messages)
     target: str
@@ -117,8 +117,16 @@ class Sessions:
     url: str | None  # the pinned session server; None: OPENREWARD_SESSION_URL or the platform's
     snapshot: dict[str, Any]
     build: str | None
-    spec: Callable[[str, int], Any]  # the pinned task spec of (split, index), None when the module pinned none
     conversations: set[tuple[str, int]]  # tasks served as turns (messages.py): their sessions read /messages
+
+    def pinned_spec(self, split: str, index: int) -> Any | None: ...
+
+
+@dataclass(eq=False)
+class Sessions:
+    """Opens, checks and closes the sessions of one pinned environment (`pin`)."""
+
+    pin: Pin
     failures: InARow = field(default_factory=InARow)
     _drift_checked: set[str] = field(default_factory=set)
     _builds_seen: set[str] = field(default_factory=set)
@@ -127,10 +135,11 @@ class Sessions:
 
     def server(self, url: str | None) -> str | None:
         """The session server: the adapter's, else OPENREWARD_SESSION_URL, else the pinned one (None: the SDK's)."""
-        return url or os.environ.get("OPENREWARD_SESSION_URL") or self.url
+        return url or os.environ.get("OPENREWARD_SESSION_URL") or self.pin.url
 
     def environment(self, connection: Connection) -> AsyncEnvironment:
-        return client.loop().environment(self.deployment, self.env, self.server(connection.url), connection.api_key)
+        pin = self.pin
+        return client.loop().environment(pin.deployment, pin.env, self.server(connection.url), connection.api_key)
 
     # -- opening -------------------------------------------------------------------------------------------------
 
@@ -149,9 +158,9 @@ class Sessions:
                 if settings.check_drift:  # once per process and server
                     await self.check_drift(env, connection.url, limit)
                 await asyncio.wait_for(session.__aenter__(), limit)
-                _held.add(session)
+                _held[session] = self
                 await self.check_build(session, connection.url, limit)
-                conversation = (split, index) in self.conversations
+                conversation = (split, index) in self.pin.conversations
                 opened = session, await messages.prompt(session, whole, conversation, limit)
             except DriftError:
                 raise
@@ -175,12 +184,12 @@ class Sessions:
 
     def _session(self, env: AsyncEnvironment, connection: Connection, split: str, index: int) -> AsyncSession:
         """A session on the pinned task spec when the module pinned its tasks, else on split and index."""
-        spec = self.spec(split, index)
+        spec = self.pin.pinned_spec(split, index)
         if spec is None:
             return env.session(split=split, index=index, secrets=connection.secrets)
         from openreward.api.environments.types import Task
 
-        task = Task(server_name=env.name, environment_name=self.env or env.name, task_spec=spec,
+        task = Task(server_name=env.name, environment_name=self.pin.env or env.name, task_spec=spec,
                     namespace=env.namespace)
         return env.session(task=task, secrets=connection.secrets)
 
@@ -239,52 +248,53 @@ class Sessions:
 
     async def check_drift(self, env: AsyncEnvironment, url: str | None, limit: float) -> None:
         """Compare the live tool list with the snapshot, once per process and server (on the runtime's loop)."""
-        where = self.server(url) or self.deployment
+        where = self.server(url) or self.pin.deployment
         if self._drift_lock is None:
             self._drift_lock = asyncio.Lock()
         async with self._drift_lock:
             if where in self._drift_checked:
                 return
             tools = await asyncio.wait_for(env.list_tools(), limit)
-            live = {t.name: bounds.canonical(bounds.tool({"description": t.description or "", "input_schema": t.input_schema,
-                                                   "name": t.name})) for t in tools}
-            pinned = {t["name"]: t for t in self.snapshot["tools"]}
+            live = {t.name: bounds.canonical(bounds.tool({"description": t.description or "",
+                                                          "input_schema": t.input_schema, "name": t.name}))
+                    for t in tools}
+            pinned = {t["name"]: t for t in self.pin.snapshot["tools"]}
             changes = [f"+ {n} (new on the server)" for n in live if n not in pinned]
             changes += [f"- {n} (gone from the server)" for n in pinned if n not in live]
             changes += [f"~ {n} (schema or description changed)" for n in live if n in pinned and live[n] != pinned[n]]
             if changes:
                 raise DriftError(
-                    f"the tools at {where} differ from those pinned in {self.module} ({self.target}): "
+                    f"the tools at {where} differ from those pinned in {self.pin.module} ({self.pin.target}): "
                     f"{'; '.join(changes)}. Regenerate the module, or set ORSGEN_DRIFT_CHECK=0 to train anyway."
                 )
             self._drift_checked.add(where)
 
     async def check_build(self, session: AsyncSession, url: str | None, limit: float) -> None:
         """Warn once per server when its build is not the one the module was generated against."""
-        where = self.server(url) or self.deployment
-        if self.build is None or where in self._builds_seen:
+        where = self.server(url) or self.pin.deployment
+        if self.pin.build is None or where in self._builds_seen:
             return
         self._builds_seen.add(where)
         live = (await asyncio.wait_for(session.version(), limit)).get("build_sha")
-        if live != self.build:
+        if live != self.pin.build:
             log.warning("orsgen: %s was generated against build %s of %s, the server now runs %s: the tools are "
-                        "checked, but tasks, prompts or rewards may have changed", self.module, self.build,
-                        self.target, live)
+                        "checked, but tasks, prompts or rewards may have changed", self.pin.module, self.pin.build,
+                        self.pin.target, live)
 
     def check_server(self, url: str | None, exc: BaseException) -> None:
         """Raise WrongServer, one line, when a 404 came from a session server that does not serve the environment
         this module pins (`url=` or OPENREWARD_SESSION_URL pointing elsewhere)."""
         server = self.server(url)
-        if client.status(exc) != 404 or server is None or self.env is None or server in self._serves_env:
+        if client.status(exc) != 404 or server is None or self.pin.env is None or server in self._serves_env:
             return
         served = client.served(server)
-        if served is None or self.env.lower() in {name.lower() for name in served}:
+        if served is None or self.pin.env.lower() in {name.lower() for name in served}:
             self._serves_env.add(server)  # asked once per server: its other 404s are the tasks' own
             return
         raise WrongServer(
-            f"{server} serves {', '.join(served) or 'no environment'}, not {self.env!r}, which {self.module} pins "
-            f"(target {self.target}): point url= or OPENREWARD_SESSION_URL at the server of {self.env!r}, or "
-            "regenerate the module for this server"
+            f"{server} serves {', '.join(served) or 'no environment'}, not {self.pin.env!r}, which {self.pin.module} "
+            f"pins (target {self.pin.target}): point url= or OPENREWARD_SESSION_URL at the server of "
+            f"{self.pin.env!r}, or regenerate the module for this server"
         ) from None
 
 
@@ -306,7 +316,7 @@ async def end(session: AsyncSession | None, opening: concurrent.futures.Future[A
         try:
             await asyncio.wait_for(session.__aexit__(None, None, None), limit or client.timeout("close"))
         finally:
-            _held.discard(session)
+            _held.pop(session, None)
 
 
 def close(session: AsyncSession | None = None,
@@ -315,8 +325,8 @@ def close(session: AsyncSession | None = None,
     the close's future, or None when there is nothing to close or the loop is gone (the server reaps it)."""
     if session is None and opening is None:
         return None
-    running = client._loop
-    if running is None or running.stopped:
+    running = client.running()
+    if running is None:
         return None  # the loop is gone (interpreter exit): the server reaps the session
     future = running.submit(end(session, opening))
     running.closing.add(future)
@@ -324,13 +334,18 @@ def close(session: AsyncSession | None = None,
     return future
 
 
-def held() -> int:
-    """Sessions open on a server right now, of every environment of this process (opened, not yet closed)."""
-    return len(_held)
+def held(opener: Sessions | None = None) -> int:
+    """Sessions open on a server right now (opened, not yet closed): `opener`'s, or every environment's."""
+    return sum(1 for owner in list(_held.values()) if opener is None or owner is opener)
+
+
+def close_held() -> list[concurrent.futures.Future[None]]:
+    """Close every session an opener still holds (close_all, once the adapters and the look-ahead let theirs go)."""
+    return [f for f in (close(session) for session in list(_held)) if f is not None]
 
 
 def wait_closing() -> None:
     """Wait (bounded, ORSGEN_CLOSE_TIMEOUT) for every close sent in the background."""
-    running = client._loop
-    if running is not None and not running.stopped:
+    running = client.running()
+    if running is not None:
         concurrent.futures.wait(list(running.closing), timeout=client.timeout("close"))

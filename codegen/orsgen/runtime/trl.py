@@ -401,6 +401,15 @@ def metrics_window(trainer: Any, mode: str) -> dict[str, list[float]] | None:
     return found[mode] if isinstance(found, dict) and isinstance(found.get(mode), dict) else None
 
 
+def gather(trainer: Any, value: Any) -> list[Any]:
+    """`value` of every rank, in rank order (one process: [value]); a collective, so every rank calls it."""
+    if trainer.accelerator.num_processes == 1:
+        return [value]
+    from accelerate.utils import gather_object
+
+    return list(gather_object([value]))
+
+
 def rollouts_elsewhere(trainer: Any) -> bool:
     """The trainer's environments live in another process (AsyncGRPOTrainer's rollout worker)."""
     return hasattr(trainer, "rollout_worker")
