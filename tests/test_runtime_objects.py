@@ -143,6 +143,8 @@ def test_an_adapter_takes_its_settings_at_construction_and_refuses_a_bad_one_at_
     assert env.get_reward() == 0.5  # no tool scored: the constructor's unscored_reward
     with pytest.raises(ValueError, match=r"^Echo\(settings=\{'start_retries': -1\}\): 0 or more"):
         mod.Echo(settings={"start_retries": -1}).reset(task_index=0)
+    with pytest.raises(ValueError, match=r"^Echo\(settings=\.\.\.\): no setting 'retries'"):
+        mod.Echo(settings={"retries": 0})  # a misspelt key, refused when the adapter is built
     close_all()
 
 

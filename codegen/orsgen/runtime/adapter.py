@@ -44,7 +44,7 @@ class _Unset:
 
 UNSET: Any = _Unset()
 _live: weakref.WeakSet[Adapter] = weakref.WeakSet()
-_DEFAULTS = settings.DEFAULTS
+_SETTINGS = settings.BY_NAME  # (`settings` is also __init__'s argument)
 
 
 def close_all() -> None:
@@ -138,7 +138,9 @@ class Adapter:
                         "given: pass it as api_key= instead", secret)
         self._connection = Connection(url, api_key, secrets)
         self._given = {**(settings or {}), **({} if check_drift is None else {"check_drift": check_drift})}
-        self._settings = _DEFAULTS  # resolved at each reset
+        unknown = sorted(set(self._given) - set(_SETTINGS))
+        if unknown:  # a misspelt key would otherwise be a setting silently not applied
+            raise ValueError(f"{name}(settings=...): no setting {unknown[0]!r}: one of {', '.join(_SETTINGS)}")
         self._env: AsyncEnvironment | None = None
         self._episode_now: Episode[Adapter] = Episode(self, self._split)  # none began yet
         self._in_batch = False  # the last reset was placed in a trainer's batch
@@ -210,7 +212,7 @@ class Adapter:
         try:
             if row.get("split"):  # a row of a split the module did not pin: every episode would go unscored
                 self.pinned.refuse_split(split, f"{type(self).__name__}.reset(split={split!r})")
-            config = self._settings = settings_of(type(self), self._given)  # refused before any request
+            config = settings_of(type(self), self._given)  # refused before any request
             env = self._environment()
             where = trl.place(self, row)
             self._in_batch = where.batch is not None
@@ -316,7 +318,7 @@ class Adapter:
         the next step's, once this batch's are open, all tied to the trainer that will take them."""
         owner = ahead.owner(trl.placed_trainer())
         ahead.open_batch(self._seats(batch, range(batch.index + 1, len(batch.adapters))), batch.tag, owner)
-        if batch.more and self._settings.open_ahead == "next-step":  # once this batch's are open: never competing
+        if batch.more and self._episode_now.settings.open_ahead == "next-step":  # once this batch's are open: never competing
             if any(row.get("task_index") is not None for row in batch.rows):
                 return  # a dataset's next rows are the sampler's: unknown here
             tag = (batch.stream, batch.first + batch.width)
