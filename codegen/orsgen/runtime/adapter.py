@@ -20,7 +20,7 @@ import weakref
 from collections.abc import Coroutine, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from orsgen.runtime import ahead, client, messages, sessions, settings, trl
+from orsgen.runtime import ahead, calls, client, messages, sessions, settings, trl
 from orsgen.runtime.episode import Episode, Unscored, session_opened
 from orsgen.runtime.errors import DriftError, ToolError
 from orsgen.runtime.sessions import Connection, Planned
@@ -50,6 +50,7 @@ _SETTINGS = settings.BY_NAME  # (`settings` is also __init__'s argument)
 def close_all() -> None:
     """Close every open session of every adapter and wait (bounded) until the server has them closed.
     GRPOTrainer never closes its environments: this also runs at exit, and garbage collection closes too."""
+    calls.cancel_all()
     for adapter in list(_live):
         adapter._close()
     for left in ahead.drain_all():
@@ -60,6 +61,7 @@ def close_all() -> None:
 
 
 def _exit_closers() -> list[Coroutine[Any, Any, None]]:
+    calls.cancel_all()
     closers = [sessions.end(None, left) for left in ahead.drain_all()]
     for adapter in list(_live):
         held = adapter._detach()
@@ -205,6 +207,7 @@ class Adapter:
         prompt that differs voids the episode (``prompt_mismatch`` then holds it).
         """
         self._episode_now.end(None)  # an episode closed before its reward was read
+        calls.drop(self)  # what was started ahead for the last episode and TRL never called
         previous = self._detach()
         began = time.perf_counter()
         split = row.get("split") or self._split
@@ -355,6 +358,13 @@ class Adapter:
     # Typed `str`, as the generated methods are (what TRL reads); a result holding images is a list of content
     # parts, which TRL takes too.
     def _call(self, name: str, arguments: dict[str, Any]) -> str:
+        if calls.capturing():  # read by the turn's first call (calls.py): what this call sends, not sent
+            return calls.Captured(name, _payload(arguments))  # type: ignore[return-value]
+        started = calls.take(self, name, _payload(arguments))
+        if started is not None:  # run ahead by the turn's first call, reported when it ran
+            with contextlib.suppress(concurrent.futures.CancelledError):  # dropped by close_all: run it here
+                return started.result()  # type: ignore[no-any-return]
+        self._batch_turn()
         episode = self._episode_now
         if episode.opening is not None:
             self._settle(episode.opening)
@@ -372,6 +382,9 @@ class Adapter:
         """`_call` for `async def` tools: awaits on the caller's loop (never blocking it) while the runtime's loop
         does the request."""
         episode = self._episode_now
+        if episode.settings.batch_calls and trl.async_tool_thread():
+            client.once("batch-calls-async", logging.INFO, "orsgen: async tools run as GRPOTrainer gathers them, one "
+                        "rollout at a time: a turn's calls run at once across the batch with sync tools")
         if episode.opening is not None:
             opening = episode.opening
             with contextlib.suppress(Exception):  # settled below, with the one message for it
@@ -389,6 +402,49 @@ class Adapter:
                 raise self._failed(episode, name, exc) from None
             result.append(episode.record(output))
         return result[0]
+
+    def _batch_turn(self) -> None:
+        """At the first call of a turn of GRPOTrainer's tool loop, start the turn's calls of its later rollouts
+        (calls.py): those TRL will make for certain (trl.tool_turn), of the modules' own tool methods."""
+        if calls.off() or not self._episode_now.settings.batch_calls:
+            return
+        turn = trl.tool_turn(self)
+        if isinstance(turn, str):
+            client.once("batch-calls-off", logging.INFO, "orsgen: a turn's tool calls run one by one, as TRL makes "
+                        "them: %s", turn)
+        if not isinstance(turn, trl.Turn) or not calls.first_of(turn.key, turn.calls):
+            return
+        for rollout in turn.later:
+            chain = []
+            for call in rollout:
+                captured = _captured(call)
+                if captured is None:
+                    break  # this one runs as TRL makes it, and so does every later call of the rollout
+                chain.append(captured)
+            if chain:
+                env = rollout[0].adapter
+                calls.start(env, chain, env._call_ahead)
+
+    async def _call_ahead(self, name: str, arguments: dict[str, Any]) -> Any:
+        """A call started ahead of TRL's (calls.py), on the runtime's loop: what `_call` sends and records, with the
+        outcome TRL's own call would have had, reported once (its hooks run on the runtime's loop thread)."""
+        episode, began = self._episode_now, time.perf_counter()
+        try:
+            session = episode.usable(name)
+            limit = episode.settings.tool_timeout
+            try:
+                output = await asyncio.wait_for(session.call_tool(name, arguments), limit)
+            except TimeoutError:  # the text client.Loop.run gives an in-line call
+                raise self._failed(episode, name, TimeoutError(f"no answer within {limit:g}s (ORSGEN_TOOL_TIMEOUT)")
+                                   ) from None
+            except failures() as exc:
+                raise self._failed(episode, name, exc) from None
+            result = episode.record(output)
+        except ToolError as exc:
+            episode.called(name, arguments, began, None, exc)
+            raise
+        episode.called(name, arguments, began, result, None)
+        return result
 
     @contextlib.contextmanager
     def _reporting(self, episode: Episode[Adapter], name: str, arguments: dict[str, Any]) -> Iterator[list[Any]]:
@@ -478,6 +534,21 @@ class Adapter:
 def settings_of(cls: type, given: Mapping[str, Any]) -> settings.Settings:
     """An adapter class's settings for an episode (ValueError, TypeError: one line for a refused value)."""
     return settings.resolve(cls, given)
+
+
+def _captured(call: trl.Call) -> calls.Captured | None:
+    """What a later call of the turn sends, read without sending it: only a plain tool method of an orsgen module
+    (not a subclass's own, not async) on an adapter whose episode has started in line."""
+    env, func = call.adapter, getattr(call.method, "__func__", None)
+    if not isinstance(env, Adapter) or type(env)._call is not Adapter._call or env._episode_now.opening is not None:
+        return None
+    if getattr(func, "__module__", None) != env.pinned.module or asyncio.iscoroutinefunction(func):
+        return None
+    if not env._episode_now.settings.batch_calls:
+        return None
+    with calls.capture():
+        captured = call.method(**call.arguments)
+    return captured if isinstance(captured, calls.Captured) else None
 
 
 def _generated_secrets(pinned: Pinned, who: str) -> dict[str, Any] | None:

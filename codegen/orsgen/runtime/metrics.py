@@ -20,7 +20,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from orsgen.runtime import ahead, client, hooks, sessions, trl
+from orsgen.runtime import ahead, calls, client, hooks, sessions, trl
 from orsgen.runtime.episode import Unscored
 
 PREFIX = "orsgen/"
@@ -44,6 +44,7 @@ class _Counts:
     ahead_opened: int = 0
     ahead_taken: int = 0
     ahead_unused: int = 0
+    calls_ahead: int = 0  # tool calls started ahead of TRL's (calls.py)
     sessions_open: int = 0  # a level, not a count: the last flush's, summed over ranks
     reset_seconds: list[float] = field(default_factory=list)
     tool_seconds: list[float] = field(default_factory=list)
@@ -67,7 +68,7 @@ def figures(c: _Counts) -> dict[str, float]:
     out.update({
         "starts": c.starts, "start_failures": c.start_failures,
         "start_retries": c.start_retries, "capacity_refusals": c.capacity_refusals, "ahead/opened": c.ahead_opened,
-        "ahead/taken": c.ahead_taken, "ahead/unused": c.ahead_unused, "sessions_open": c.sessions_open,
+        "ahead/taken": c.ahead_taken, "ahead/unused": c.ahead_unused, "calls_ahead": c.calls_ahead, "sessions_open": c.sessions_open,
     })
     if c.episodes:
         out.update({"scored_fraction": c.scored / c.episodes, "finished_fraction": c.finished / c.episodes,
@@ -79,8 +80,8 @@ def figures(c: _Counts) -> dict[str, float]:
     return {PREFIX + key: float(value) for key, value in out.items()}
 
 
-def _ahead_counts() -> tuple[int, int, int]:
-    return ahead.totals["opened"], ahead.totals["taken"], ahead.totals["unused"]
+def _ahead_counts() -> tuple[int, int, int, int]:
+    return ahead.totals["opened"], ahead.totals["taken"], ahead.totals["unused"], calls.totals["started"]
 
 
 def _silent(trainer: Any | None) -> str | None:
@@ -181,8 +182,8 @@ class EpisodeMetrics(TrainerCallback):  # type: ignore[misc]
         with self._lock:
             mine, self._since[mode] = self._since[mode], _Counts()
         seen = _ahead_counts()
-        mine.ahead_opened, mine.ahead_taken, mine.ahead_unused = (now - before for now, before in
-                                                                  zip(seen, self._ahead_seen, strict=True))
+        mine.ahead_opened, mine.ahead_taken, mine.ahead_unused, mine.calls_ahead = (
+            now - before for now, before in zip(seen, self._ahead_seen, strict=True))
         self._ahead_seen = seen
         mine.sessions_open = sessions.held()
         parts = trl.gather(trainer, mine)  # a collective: every rank flushes at the same step

@@ -38,6 +38,7 @@ class Settings:
     tool_timeout: float = 900.0
     close_timeout: float = 10.0
     episode_timeout: float | None = None
+    batch_calls: bool = True
 
 
 DEFAULTS = Settings()
@@ -162,6 +163,8 @@ SETTINGS = (
             variable="ORSGEN_CLOSE_TIMEOUT"),
     Setting("episode_timeout", _limit, "seconds from reset: a tool call after them voids the episode (unscored "
             "timed_out) and fails, as every later one does", variable="ORSGEN_EPISODE_TIMEOUT"),
+    Setting("batch_calls", _flag, "the first tool call of a GRPOTrainer turn starts the turn's calls of the batch's "
+            "later rollouts at once (sync tools)", variable="ORSGEN_BATCH_CALLS"),
 )
 BY_NAME = {row.name: row for row in SETTINGS}
 BY_VARIABLE = {row.variable: row for row in SETTINGS if row.variable}

@@ -36,6 +36,17 @@ What is assumed (TRL 1.13 to 1.16, read from their code and tested against the o
   where a reset without `task_index` cannot be placed: it is refused, never given "the first task". So is a reset on
   a thread other than the main one outside any trainer: AsyncGRPOTrainer's rollout threads.
 - GRPOTrainer passes reward functions the batch's `environments`; AsyncGRPOTrainer passes none (`NO_ENVIRONMENTS`).
+- A turn's tool calls (`tool_turn`; read from TRL 1.13, 1.14, 1.15 and 1.16, where this part of the loop is the same
+  text): `GRPOTrainer._tool_call_loop` calls each sync tool from its own frame, `sync_tool_dict[name](**arguments)`,
+  rollout by rollout in ascending batch order (`idxs_with_tool`, and `tool_calls` parallel to it), each rollout's
+  calls in the order the model wrote them; a rollout in a turn's set has every call attempted in that turn (the
+  iteration limit is checked before a turn, the rollback of an overlong rollout after it). Its locals `self`, `idx`,
+  `idxs_with_tool`, `tool_calls`, `tool_call` and `iteration_num` say where the loop is; the trainer's
+  `environments[i]`, `_sync_tool_dicts[i]` (keyed by the tool's `__name__`, bound methods of that environment) say
+  what each later call runs. Only an exception escaping the loop stops a later call: a call dict without `type`, or
+  of type `function` without a `function` dict holding a `str` name, is read outside TRL's `try`, so a turn holding
+  one is not read. Async tools run on TRL's loop thread, out of sight of that frame; AsyncGRPOTrainer has a loop
+  of its own in another process: neither is read.
 """
 
 from __future__ import annotations
@@ -123,6 +134,11 @@ class Place:
         thread = threading.current_thread().name
         return (f"reset() without task_index from thread {thread!r}, outside GRPOTrainer's batch (AsyncGRPOTrainer's "
                 f"rollout threads): the rollout's GRPO group cannot be known: {FIX}")
+
+
+def async_tool_thread() -> bool:
+    """The thread GRPOTrainer runs async tools on (its own event loop, named so in TRL 1.13-1.16)."""
+    return threading.current_thread().name == "GRPOTrainer-AsyncLoop"
 
 
 def rollout_thread() -> bool:
@@ -387,6 +403,91 @@ def _in_range(found: str) -> bool:
         digits = "".join(ch for ch in piece if ch.isdigit())
         parts.append(int(digits or 0))
     return RANGE[0] <= (parts[0], parts[1] if len(parts) > 1 else 0) < RANGE[1]
+
+
+@dataclass(frozen=True)
+class Call:
+    """A call TRL's tool loop makes later in this turn: `method` (a bound sync tool of `adapter`) with `arguments`."""
+
+    position: int  # the rollout's index in the batch (trainer.environments)
+    adapter: Any
+    method: Callable[..., Any]
+    arguments: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Turn:
+    """The turn of GRPOTrainer's tool loop a call is made in, and the calls of the later rollouts of that turn."""
+
+    key: tuple[int, int]  # the turn's `tool_calls` list (held in `calls`) and number
+    calls: Any  # TRL's list: held, so its id names this turn only
+    later: list[list[Call]]  # each later rollout's calls, in TRL's order; a prefix: up to one that cannot be known
+
+
+def tool_turn(adapter: Any) -> Turn | str | None:
+    """The turn of GRPOTrainer's tool loop this call of `adapter`'s is made in (see the docstring); None outside
+    that loop (a call by hand, async tools, AsyncGRPOTrainer), the reason when the loop is there but cannot be read
+    for certain (a subclass's own loop, another release, a call dict TRL would fail on)."""
+    grpo = sys.modules.get("trl.trainer.grpo_trainer")
+    loop = getattr(getattr(grpo, "GRPOTrainer", None), "_tool_call_loop", None)
+    code = getattr(loop, "__code__", None)
+    frame: Any = sys._getframe(1)
+    for _ in range(8):  # the generated method, Adapter._call and this: TRL's loop is right above them
+        if frame is None or code is None:
+            return None
+        if frame.f_code is code:
+            break
+        if frame.f_code.co_name == "_tool_call_loop" and _from_trl(type(frame.f_locals.get("self"))):
+            return f"{type(frame.f_locals['self']).__name__} has a tool loop of its own"
+        frame = frame.f_back
+    else:
+        return None
+    local = frame.f_locals
+    trainer = local.get("self")
+    if type(trainer)._tool_call_loop is not loop:
+        return f"{type(trainer).__name__} overrides GRPOTrainer's tool loop"
+    if not _in_range(installed().removeprefix("TRL ")):
+        return f"{installed()} is outside the releases whose tool loop was read ({SUPPORTED})"
+    try:
+        idx, rollouts, calls, current = local["idx"], local["idxs_with_tool"], local["tool_calls"], local["tool_call"]
+        environments, tools, number = trainer.environments, trainer._sync_tool_dicts, int(local["iteration_num"])
+        if environments[rollouts[idx]] is not adapter or not any(c is current for c in calls[idx]):
+            return "the call running is not the one TRL's loop is at"
+    except (KeyError, IndexError, AttributeError, TypeError):
+        return "TRL's tool loop does not hold what it held in the releases read"
+    if not all(_well_formed(call) for rollout in calls[idx:] for call in rollout):
+        return "a call of this turn is one TRL's loop fails on"
+    later = []
+    for k in range(idx + 1, len(rollouts)):
+        position = rollouts[k]
+        env, found = environments[position], []
+        for call in calls[k]:
+            function = call["function"] if call["type"] == "function" else {}
+            method, arguments = tools[position].get(function.get("name")), function.get("arguments")
+            if method is None or getattr(method, "__self__", None) is not env or type(arguments) is not dict:
+                break  # TRL's own call fails, or runs something else: nothing after it is started ahead
+            if not _binds(method, arguments):
+                break
+            found.append(Call(position, env, method, arguments))
+        later.append(found)
+    return Turn((id(calls), number), calls, later)
+
+
+def _well_formed(call: Any) -> bool:
+    if not isinstance(call, Mapping) or "type" not in call:
+        return False
+    function = call.get("function")
+    return call["type"] != "function" or (isinstance(function, Mapping) and isinstance(function.get("name"), str))
+
+
+def _binds(method: Any, arguments: dict[str, Any]) -> bool:
+    import inspect
+
+    try:
+        inspect.signature(method).bind(**arguments)
+    except TypeError:
+        return False
+    return True
 
 
 def training(trainer: Any | None) -> str:

@@ -1,0 +1,141 @@
+"""A turn's tool calls run at once across the batch. GRPOTrainer calls the tools of a turn rollout by rollout, each
+call waiting for the last; every call of the turn is known when the first is made (trl.tool_turn). The adapter then
+starts the calls of the turn's later rollouts here, each rollout's in its own order on its own session, on the
+runtime's loop; when TRL makes each of them, the adapter takes its outcome (`take`): the result, or the very error
+TRL's own call would have raised.
+
+Only calls TRL will make are started: those `trl.tool_turn` can know for certain, of the module's own tool methods
+(read without running them: `capture`). A call TRL makes that is not the one started ahead is a mismatch: a warning,
+counted, and the feature is off for the rest of the process.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import logging
+import threading
+import weakref
+from collections.abc import Callable, Coroutine, Hashable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from orsgen.runtime import client
+
+log = logging.getLogger("orsgen")
+totals = {"started": 0, "mismatched": 0}  # of this process (EpisodeMetrics' figures)
+_lock = threading.Lock()
+# Per adapter: its calls started ahead, in the order TRL makes them.
+_waiting: weakref.WeakKeyDictionary[Any, list[Started]] = weakref.WeakKeyDictionary()
+_turns: list[Any] = []  # the last turn planned (its TRL list, held: its id names one turn)
+_running: set[concurrent.futures.Future[Any]] = set()
+_local = threading.local()
+_off = False
+
+
+@dataclass(frozen=True)
+class Captured:
+    """What a tool method would send (its wire name and payload), read in `capture` instead of sent."""
+
+    name: str
+    arguments: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Started:
+    name: str
+    arguments: dict[str, Any]
+    outcome: concurrent.futures.Future[Any]
+
+
+@contextlib.contextmanager
+def capture() -> Iterator[None]:
+    """While inside, this thread's tool calls return `Captured` (Adapter._call), sending nothing."""
+    _local.capturing = True
+    try:
+        yield
+    finally:
+        _local.capturing = False
+
+
+def capturing() -> bool:
+    return bool(getattr(_local, "capturing", False))
+
+
+def off() -> bool:
+    return _off
+
+
+def first_of(key: Hashable, holds: Any) -> bool:
+    """Whether the turn `key` is new (then it is the one planned): its later calls are started once."""
+    with _lock:
+        if _turns and _turns[0] == key:
+            return False
+        _turns[:] = [key, holds]
+        return True
+
+
+def start(adapter: Any, chain: list[Captured], run: Callable[[str, dict[str, Any]], Coroutine[Any, Any, Any]]) -> None:
+    """Start `adapter`'s calls `chain` one after another on the runtime's loop (`run(name, arguments)`), each
+    outcome waiting for TRL's call of it."""
+    started = [Started(c.name, c.arguments, concurrent.futures.Future()) for c in chain]
+    with _lock:
+        _waiting.setdefault(adapter, []).extend(started)
+        totals["started"] += len(started)
+
+    async def in_order() -> None:
+        for call in started:
+            if not call.outcome.set_running_or_notify_cancel():  # dropped (the adapter's next reset)
+                continue
+            try:
+                call.outcome.set_result(await run(call.name, call.arguments))
+            except Exception as exc:  # noqa: BLE001 - handed to TRL's call, as its own call would raise it
+                call.outcome.set_exception(exc)
+
+    future = client.loop().submit(in_order())
+    _running.add(future)
+    future.add_done_callback(_running.discard)
+
+
+def take(adapter: Any, name: str, arguments: dict[str, Any]) -> concurrent.futures.Future[Any] | None:
+    """The outcome of `adapter`'s call `name(arguments)` started ahead, when TRL's call is that one; None when none
+    was started. A call that is not the next one started for the adapter is a mismatch: the feature turns off."""
+    global _off
+    with _lock:
+        queue = _waiting.get(adapter)
+        if not queue:
+            return None
+        head = queue[0]
+        if head.name == name and head.arguments == arguments:
+            queue.pop(0)
+            if not queue:
+                del _waiting[adapter]
+            return head.outcome
+        totals["mismatched"] += 1
+        _off = True
+        left = [c for q in _waiting.values() for c in q]
+        _waiting.clear()
+    for call in left:
+        call.outcome.cancel()
+    log.warning("orsgen: TRL called %s(%s) where %s(%s) was started ahead: a turn's calls run one by one from now on",
+                name, sorted(arguments), head.name, sorted(head.arguments))
+    return None
+
+
+def drop(adapter: Any) -> None:
+    """Forget what was started ahead for `adapter` and TRL did not take (its episode ends): not begun, not sent."""
+    with _lock:
+        left = _waiting.pop(adapter, [])
+    for call in left:
+        call.outcome.cancel()
+
+
+def cancel_all() -> None:
+    """Nothing started ahead is left running (close_all, exit)."""
+    with _lock:
+        left = [c for q in _waiting.values() for c in q]
+        _waiting.clear()
+    for call in left:
+        call.outcome.cancel()
+    for future in list(_running):
+        future.cancel()
