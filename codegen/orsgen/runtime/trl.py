@@ -441,6 +441,8 @@ def tool_turn(adapter: Any) -> Turn | str | None:
             return f"{type(frame.f_locals['self']).__name__} has a tool loop of its own"
         frame = frame.f_back
     else:
+        if threading.current_thread().name.startswith("grpo-tool") or _in_trl(sys._getframe(1)):
+            return "AsyncGRPOTrainer (or TRL code other than GRPOTrainer's tool loop) makes this call"
         return None
     local = frame.f_locals
     trainer = local.get("self")
@@ -471,6 +473,16 @@ def tool_turn(adapter: Any) -> Turn | str | None:
             found.append(Call(position, env, method, arguments))
         later.append(found)
     return Turn((id(calls), number), calls, later)
+
+
+def _in_trl(frame: Any) -> bool:
+    for _ in range(_DEPTH):
+        if frame is None:
+            return False
+        if str(frame.f_globals.get("__name__", "")).split(".")[0] == "trl":
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _well_formed(call: Any) -> bool:
