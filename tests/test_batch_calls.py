@@ -7,8 +7,8 @@ import subprocess
 import sys
 
 import pytest
-
 from orsgen.runtime import calls, hooks
+
 from tests.harness import servers, trainers
 from tests.harness.generation import in_process, load
 from tests.harness.trainers import tool_methods
@@ -124,7 +124,7 @@ def test_a_turn_runs_at_once_and_the_model_sees_what_trls_own_loop_gives(tally, 
 
 
 def test_a_call_outside_trls_loop_starts_nothing_ahead(tally):
-    server, mod = tally
+    _, mod = tally
     env = mod.Tally()
     env.reset(task_index=0)
     before = calls.totals["started"]
@@ -150,8 +150,8 @@ mod.close_all()
 """
 
 
-def test_a_call_that_is_not_the_one_started_ahead_is_a_warning_and_turns_the_feature_off(tally, tmp_path):
-    server, mod = tally
+def test_a_call_that_is_not_the_one_started_ahead_is_a_warning_and_turns_the_feature_off(tally):
+    _, mod = tally
     script = MISMATCH.format(paths=sys.path, path=str(mod.__file__))
     run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False)
     assert run.returncode == 0, run.stderr[-2000:]
