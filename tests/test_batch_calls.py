@@ -42,7 +42,7 @@ def tally(tmp_path_factory):
         yield server, load(out)
 
 
-def train(mod, out_dir: str) -> dict:
+def train(mod, out_dir: str, factory=None) -> dict:
     """One GRPO step of 8 rollouts scripted by SCRIPT: what the model saw of each tool, the rewards, TRL's figures."""
     seen: list = []
     rewards: list = []
@@ -61,7 +61,7 @@ def train(mod, out_dir: str) -> dict:
                       {"role": "assistant", "content": "", "tool_calls": [
                           {"type": "function", "function": {"name": n, "arguments": a}} for n, a in made]},
                       {"role": "assistant", "content": "done"}] for made in SCRIPT.values() if made]
-    trainer = trainers.trainer(mod.Tally, out_dir, 1, tools=tool_methods(mod.Tally()), conversations=conversations,
+    trainer = trainers.trainer(factory or mod.Tally, out_dir, 1, tools=tool_methods(mod.Tally()), conversations=conversations,
                                train_dataset=mod.dataset(num_tasks=2), first_turn=turn,
                                reward_funcs=[outcome, tool_turns], callbacks=[mod.EpisodeMetrics()],
                                max_completion_length=512)
@@ -160,3 +160,56 @@ def test_a_call_that_is_not_the_one_started_ahead_is_a_warning_and_turns_the_fea
     assert out[1] == "True {'started': 1, 'mismatched': 1}"
     [warning] = [line for line in run.stderr.splitlines() if "started ahead" in line]
     assert "add(['n'])" in warning and "one by one from now on" in warning
+
+
+@pytest.mark.trainer
+def test_a_tool_a_subclass_wraps_runs_once_per_call_as_trl_makes_it(tally, tmp_path, monkeypatch):
+    """A wrapper may do more than send (count, log, shape): it is never run to read a call ahead, so it runs
+    exactly once per call TRL makes, and what follows it in its rollout runs as TRL makes it too."""
+    import functools
+
+    _, mod = tally
+    monkeypatch.setenv("ORSGEN_TOOL_TIMEOUT", "1.5")
+
+    class Counting(mod.Tally):
+        count = 0
+
+        @functools.wraps(mod.Tally.add)
+        def add(self, **arguments):
+            Counting.count += 1
+            return super().add(**arguments)
+
+    Counting.__name__ = "Tally"
+    ran = train(mod, str(tmp_path / "wrapped"), Counting)
+    made = sum(1 for turns in ran["reported"] if turns[0] == "add")
+    assert Counting.count == made == 11  # once per add TRL made (the one after `boom` fails in the runtime)
+    assert ran["ahead"] == 1  # `boom`, the one call no wrapped add comes before in its rollout
+
+
+EXITS = """
+import sys, time
+sys.path[:0] = {paths!r}
+from tests.harness.generation import load
+from orsgen.runtime import calls, episode_of
+mod = load(__import__("pathlib").Path({path!r}))
+env = mod.Tally()
+env.reset(task_index=0)
+print(episode_of(env).session.sid, flush=True)
+calls.start(env, [calls.Captured("nap", {{"seconds": 60}})], env._call_ahead)  # TRL never takes it
+time.sleep(0.5)
+raise RuntimeError("the trainer crashed")
+"""
+
+
+def test_a_process_that_dies_with_a_call_started_ahead_leaves_nothing_running_or_open(tally):
+    import time
+
+    server, mod = tally
+    started = time.monotonic()
+    run = subprocess.run([sys.executable, "-c", EXITS.format(paths=sys.path, path=str(mod.__file__))],
+                         capture_output=True, text=True, timeout=120, check=False)
+    took = time.monotonic() - started
+    assert run.returncode == 1 and "the trainer crashed" in run.stderr, run.stderr[-2000:]
+    sid = run.stdout.strip()
+    assert sid and took < 30  # the 60 s call did not hold the exit
+    assert sid not in server.open_sessions()  # closed at exit, the call in flight given up
