@@ -129,11 +129,10 @@ def main() -> None:
                       + ("" if batch_calls is None else f"; calls started ahead per step {ahead}"), flush=True)
     rows = {side: summary(found) for side, found in steps.items()}
     base = rows["TRL"]
-    commit = subprocess.run(["git", "-C", str(HERE), "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                            check=False).stdout.strip()
+    commit = runtime_commit()
     print(f"\nGRPOTrainer, {GRPO_STEPS} steps of {GRPO_BATCH} rollouts in groups of {GRPO_GROUP}, {args.turns} tool "
           f"turns of one echo call each; tool calls {args.tool_ms:g} ms on the server, +{args.latency_ms:g} ms per "
-          f"request; medians of steps 2-3 of {args.runs} runs per side (commit {commit or '?'})\n")
+          f"request; medians of steps 2-3 of {args.runs} runs per side (orsgen runtime at {commit})\n")
     print("| side | environment ms per step | / TRL | in the tools, ms | / TRL | requests per step "
           "| calls started ahead per step |")
     print("|---|---:|---:|---:|---:|---:|---:|")
@@ -143,9 +142,23 @@ def main() -> None:
               f"{row['tool_ms'] / base['tool_ms']:.3f} | {row['requests']:g} | {ahead} |")
     found = json.loads(args.json.read_text()) if args.json.exists() else {}
     found[f"tool_ms={args.tool_ms:g}"] = {"tool_ms": args.tool_ms, "latency_ms": args.latency_ms, "turns": args.turns,
-                                          "runs": args.runs, "commit": commit, "rows": rows, "steps": steps}
+                                          "runs": args.runs, "runtime_commit": commit, "rows": rows, "steps": steps}
     args.json.write_text(json.dumps(found, indent=1) + "\n")
     print(f"\nwrote {args.json}")
+
+
+def runtime_commit() -> str:
+    """The last commit of the orsgen package this run imported (its runtime), "+" when its files differ from it."""
+    import orsgen
+
+    where = str(Path(orsgen.__file__).resolve().parent)
+
+    def git(*args: str) -> str:
+        done = subprocess.run(["git", "-C", where, *args], capture_output=True, text=True, check=False)
+        return done.stdout.strip()
+
+    found = git("log", "-1", "--format=%h", "--", ".")
+    return found + ("+" if found and git("status", "--porcelain", "--", ".") else "") or "?"
 
 
 def summary(found: list[dict[str, Any]]) -> dict[str, float]:
