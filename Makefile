@@ -49,9 +49,12 @@ golden: setup
 		[ $$rc -eq 0 ] || { [ $$rc -eq 2 ] && [ $$case = tests/golden/hostile/ ]; } || exit 1; done
 
 # orsgen's adapter against TRL's OpenRewardSpec on one loopback server (scripts, not tests; needs matplotlib); then
-# sandboxes that start in 1 s, with the tiny model's step and with a model taking 1 s to generate.
+# sandboxes that start in 1 s, with the tiny model's step and with a model taking 1 s to generate; then tools that
+# take 0.5 s (and none) on the server, 3 turns per episode.
 bench: setup
 	$(PY) -m pip install -q matplotlib
 	$(PY) bench/compare.py --reps 20 --latency-ms 20
 	$(PY) bench/slow_starts.py --runs 2
 	$(PY) bench/slow_starts.py --runs 2 --generate-ms 1000
+	$(PY) bench/slow_tools.py --runs 2
+	$(PY) bench/slow_tools.py --runs 2 --tool-ms 0

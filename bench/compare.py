@@ -315,6 +315,19 @@ class EnvClock:
         calls[name] = calls.get(name, 0) + 1
 
 
+def _capturing() -> bool:
+    """Whether orsgen is reading what a turn's later calls would send (batch calls: it runs their tool methods on
+    the trainer's thread, and nothing is sent): not a call the trainer makes, so neither timed nor counted."""
+    calls = sys.modules.get("orsgen.runtime.calls")
+    return calls is not None and bool(getattr(calls, "capturing", bool)())
+
+
+def _calls_started() -> int:
+    """orsgen's tool calls started ahead of TRL's, in this process (0 before batch calls)."""
+    calls = sys.modules.get("orsgen.runtime.calls")
+    return int(getattr(calls, "totals", {}).get("started", 0))
+
+
 def _timed_method(fn: Callable[..., Any], name: str, clock: EnvClock) -> Callable[..., Any]:
     hints = typing.get_type_hints(fn)  # resolved here: the wrapper lives in this module, the hints in the class's
     if inspect.iscoroutinefunction(fn):
@@ -329,6 +342,8 @@ def _timed_method(fn: Callable[..., Any], name: str, clock: EnvClock) -> Callabl
     else:
 
         def timed(self: Any, *args: Any, **kwargs: Any) -> Any:  # type: ignore[misc]
+            if _capturing():
+                return fn(self, *args, **kwargs)
             start = time.perf_counter()
             try:
                 return fn(self, *args, **kwargs)
@@ -378,11 +393,15 @@ def _first_turn(i: int, prompt: str) -> str:
 
 
 class GrpoRun:
-    """One `GRPOTrainer.train()` of GRPO_STEPS steps; per step: environment time, requests, sessions opened ahead."""
+    """One `GRPOTrainer.train()` of GRPO_STEPS steps; per step: environment time, requests, sessions opened ahead.
+    `turns`: tool calls per rollout (max_tool_calling_iterations), the later ones scripted by `trainer_class`, a
+    GRPOTrainer subclass (bench/slow_tools.py); the first is always `_first_turn`'s."""
 
-    def __init__(self, server: BenchServer, tokenizer: Any, workdir: Path, group: int) -> None:
+    def __init__(self, server: BenchServer, tokenizer: Any, workdir: Path, group: int, turns: int = 1,
+                 trainer_class: Any = None) -> None:
         self.server, self.tokenizer, self.workdir, self.group = server, tokenizer, workdir, group
         self.tasks = GRPO_STEPS * GRPO_BATCH // group  # the dataset is read in order: one task per group
+        self.turns, self.trainer_class = turns, trainer_class
 
     def train(self, train_dataset: Any, factory: Callable[[], Any], reward_funcs: Any,
               ahead: Callable[[], dict[str, int]], close: Callable[[Any], None], settle_s: float,
@@ -405,8 +424,9 @@ class GrpoRun:
 
         torch.set_num_threads(1)
         config = tiny.grpo_config(str(self.workdir / "grpo"), GRPO_STEPS, per_device_train_batch_size=GRPO_BATCH,
-                                  num_generations=self.group, max_tool_calling_iterations=1)
-        trainer = GRPOTrainer(model=tiny.model(self.tokenizer), processing_class=self.tokenizer, args=config,
+                                  num_generations=self.group, max_tool_calling_iterations=self.turns,
+                                  max_completion_length=64 * self.turns)
+        trainer = (self.trainer_class or GRPOTrainer)(model=tiny.model(self.tokenizer), processing_class=self.tokenizer, args=config,
                               train_dataset=train_dataset, environment_factory=timed_factory(factory, clock),
                               reward_funcs=reward_funcs, rollout_func=tiny.scripted_rollouts(_first_turn),
                               callbacks=[*callbacks, Marks()])
@@ -428,7 +448,7 @@ class GrpoRun:
         for k in range(1, GRPO_STEPS + 1):
             (t0, c0, a0), (t1, c1, a1) = marks[k - 1], marks[k]
             requests = {p: c1.get(p, 0) - c0.get(p, 0) for p in c1 if c1.get(p, 0) != c0.get(p, 0)}
-            assert clock.calls[k] == {"reset": GRPO_BATCH, "echo": GRPO_BATCH}, clock.calls
+            assert clock.calls[k] == {"reset": GRPO_BATCH, "echo": GRPO_BATCH * self.turns}, clock.calls
             reset_ms = clock.by_call[k]["reset"] * 1000
             steps.append({"step": k, "env_ms": clock.seconds[k] * 1000, "reset_ms": reset_ms,
                           "tool_ms": clock.seconds[k] * 1000 - reset_ms, "step_ms": (t1 - t0) * 1000,
@@ -449,7 +469,8 @@ def run_orsgen(run: GrpoRun, adapter_path: Path, open_ahead: bool | str, settle_
     try:
         return run.train(None if owned else module.dataset(num_tasks=run.tasks), module.Bench,
                          [module.group_reward] if group_reward else None,
-                         lambda: {"opened": ahead.opened, "taken": ahead.taken, "unused": ahead.unused},
+                         lambda: {"opened": ahead.opened, "taken": ahead.taken, "unused": ahead.unused,
+                                  "calls": _calls_started()},
                          lambda trainer: module.close_all(), settle_s,
                          (module.EpisodeMetrics(),) if metrics else ())
     finally:

@@ -5,7 +5,8 @@ serves `Wide` (100 tools with enums, optional, nullable, nested and array argume
 
 The middleware counts every request by "METHOD /path" (`GET /_bench/counts` returns them, `POST /_bench/reset`
 clears them) and sleeps `BENCH_LATENCY_MS` before each ORS request, to emulate a remote environment;
-`BENCH_START_MS` makes every session's start (its `setup`, which the prompt waits for) take that long, as a sandbox's.
+`BENCH_START_MS` makes every session's start (its `setup`, which the prompt waits for) take that long, as a sandbox's;
+`BENCH_TOOL_MS` makes every `echo` call take that long on the server, as a command in a sandbox does.
 """
 
 import argparse
@@ -51,8 +52,11 @@ class Bench(Environment):
         return [TextBlock(text=self.task_spec["text"])]
 
     @tool
-    def echo(self, params: EchoParams) -> ToolOutput:
+    async def echo(self, params: EchoParams) -> ToolOutput:
         """Echo text back. Reward 1.0 when it is the task's word, 0.0 otherwise."""
+        tool_ms = float(os.environ.get("BENCH_TOOL_MS", "0"))  # a sandbox's command (bench/slow_tools.py)
+        if tool_ms:  # awaited, not slept on a thread: the server's calls of different sessions overlap as they would
+            await asyncio.sleep(tool_ms / 1000)
         hit = params.text.strip() == self.task_spec["word"]
         return ToolOutput(blocks=[TextBlock(text=params.text)], reward=1.0 if hit else 0.0, finished=False)
 
