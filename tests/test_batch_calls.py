@@ -164,7 +164,7 @@ def test_a_call_that_is_not_the_one_started_ahead_is_a_warning_and_turns_the_fea
 
 @pytest.mark.trainer
 def test_a_tool_a_subclass_wraps_runs_once_per_call_as_trl_makes_it(tally, tmp_path, monkeypatch):
-    """A wrapper may do more than send (count, log, shape): it is never run to read a call ahead, so it runs
+    """A subclass's tool may do more than send (count, log, shape): it is never run to read a call ahead, so it runs
     exactly once per call TRL makes, and what follows it in its rollout runs as TRL makes it too."""
     import functools
 

@@ -543,8 +543,8 @@ def _captured(call: trl.Call) -> calls.Captured | None:
     if not isinstance(env, Adapter) or type(env)._call is not Adapter._call or env._episode_now.opening is not None:
         return None
     defining = next((c for c in type(env).__mro__ if any(v is func for v in vars(c).values())), None)
-    if defining is None or defining.__module__ != env.pinned.module or hasattr(func, "__wrapped__"):
-        return None  # a subclass's own method, or a wrapped one: it may do more than send, so it runs as TRL calls it
+    if defining is None or defining.__module__ != env.pinned.module:
+        return None  # a method of the user's own subclass may do more than send: it runs as TRL calls it
     if asyncio.iscoroutinefunction(func):
         return None
     if not env._episode_now.settings.batch_calls:
