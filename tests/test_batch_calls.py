@@ -9,8 +9,8 @@ import sys
 import pytest
 from orsgen.runtime import calls, hooks
 
-from tests.harness import servers, trainers
-from tests.harness.generation import in_process, load
+from tests.harness import trainers
+from tests.harness.generation import served
 from tests.harness.trainers import tool_methods
 
 # Rollout position -> the calls its first turn makes: in order, a validation error, a tool that raises (its session
@@ -36,10 +36,8 @@ def turn(i: int, prompt: str) -> str:
 @pytest.fixture(scope="module")
 def tally(tmp_path_factory):
     """(server counting requests, the tally module generated against it)."""
-    with servers.running("tests.envs.tally:Tally", env={"ORSGEN_COUNT_REQUESTS": "1"}) as server:
-        out = tmp_path_factory.mktemp("tally") / "tally.py"
-        assert in_process(server.url, "-o", str(out)).returncode == 0
-        yield server, load(out)
+    with served("tests.envs.tally:Tally", tmp_path_factory.mktemp("tally"), "tally") as found:
+        yield found
 
 
 def train(mod, out_dir: str, factory=None) -> dict:

@@ -7,18 +7,16 @@ import time
 import pytest
 from orsgen.runtime import Unscored, hooks
 
-from tests.harness import servers, trainers
-from tests.harness.generation import in_process, load
+from tests.harness import trainers
+from tests.harness.generation import served
 from tests.harness.trainers import tool_methods
 
 
 @pytest.fixture(scope="module")
 def counted(tmp_path_factory):
     """(server counting requests, the echo module generated against it)."""
-    with servers.running("examples.echo:Echo", env={"ORSGEN_COUNT_REQUESTS": "1"}) as server:
-        out = tmp_path_factory.mktemp("timeout") / "echo_timeout.py"
-        assert in_process(server.url, "-o", str(out)).returncode == 0
-        yield server, load(out)
+    with served("examples.echo:Echo", tmp_path_factory.mktemp("timeout"), "echo_timeout") as found:
+        yield found
 
 
 def calls(server) -> int:

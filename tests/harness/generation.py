@@ -97,3 +97,16 @@ def load(path: Path) -> ModuleType:
     sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
+
+
+@contextlib.contextmanager
+def served(spec: str, folder: Path, name: str, *options: str) -> Iterator[tuple[object, ModuleType]]:
+    """(server, module): `spec` served with request counting, its module generated in this process into
+    `folder/name.py` and imported; the server stops at the end."""
+    from tests.harness import servers
+
+    with servers.running(spec, env={"ORSGEN_COUNT_REQUESTS": "1"}) as server:
+        out = folder / f"{name}.py"
+        result = in_process(server.url, "-o", str(out), *options)
+        assert result.returncode == 0, result.stderr
+        yield server, load(out)
