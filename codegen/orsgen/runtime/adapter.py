@@ -549,8 +549,11 @@ def _captured(call: trl.Call) -> calls.Captured | None:
         return None
     if not env._episode_now.settings.batch_calls:
         return None
-    with calls.capture():
-        captured = call.method(**call.arguments)
+    try:
+        with calls.capture():
+            captured = call.method(**call.arguments)
+    except Exception:  # noqa: BLE001 - not a call that can be read: TRL's own call says what is wrong with it
+        return None
     return captured if isinstance(captured, calls.Captured) else None
 
 
