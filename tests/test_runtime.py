@@ -40,7 +40,8 @@ def test_round_trips(faulty):
     assert counts.get("GET /faulty/prompt") == 1 and counts.get("POST /delete") == 1
     assert not [k for k in {**first, **counts} if k.split(" ")[1] in ("/prompt", "/call", "/tools")]  # no 308 hops
     env.slow(seconds=0)
-    assert server.requests() == {"POST /faulty/call": 1}  # one request per tool call
+    made = {k: n for k, n in server.requests().items() if k != "POST /ping"}  # the SDK's keep-alive, on its own clock
+    assert made == {"POST /faulty/call": 1}  # one request per tool call
     mod.close_all()
 
 
