@@ -9,7 +9,7 @@ import pytest
 from orsgen.runtime import episode_of, settings
 
 from tests.harness import servers
-from tests.harness.generation import in_process, load
+from tests.harness.generation import in_process, load, served
 
 COUNTING = {"ORSGEN_COUNT_REQUESTS": "1"}
 
@@ -25,11 +25,8 @@ def _close_what_a_test_left_open():
 @pytest.fixture(scope="module")
 def brittle(tmp_path_factory):
     """(server, module) of tests.envs.brittle:Brittle (train: 4 tasks), served with request logging."""
-    with servers.running("tests.envs.brittle:Brittle", env=COUNTING) as server:
-        out = tmp_path_factory.mktemp("brittle") / "brittle_odd.py"
-        made = in_process(server.url, "-o", str(out))
-        assert made.returncode == 0, made.stderr
-        yield server, load(out)
+    with served("tests.envs.brittle:Brittle", tmp_path_factory.mktemp("brittle"), "brittle_odd") as found:
+        yield found
 
 
 def _creates(server) -> int:

@@ -15,7 +15,7 @@ import pytest
 from orsgen.runtime import episode_of
 
 from tests.harness import servers
-from tests.harness.generation import in_process, load
+from tests.harness.generation import in_process, load, served
 from tests.harness.servers import settle
 
 COUNTING = {"ORSGEN_COUNT_REQUESTS": "1"}
@@ -24,11 +24,8 @@ COUNTING = {"ORSGEN_COUNT_REQUESTS": "1"}
 @pytest.fixture(scope="module")
 def brittle(tmp_path_factory):
     """(server, module) of tests.envs.brittle:Brittle, served with request logging."""
-    with servers.running("tests.envs.brittle:Brittle", env=COUNTING) as server:
-        out = tmp_path_factory.mktemp("brittle") / "brittle_adapter.py"
-        made = in_process(server.url, "-o", str(out))
-        assert made.returncode == 0, made.stderr
-        yield server, load(out)
+    with served("tests.envs.brittle:Brittle", tmp_path_factory.mktemp("brittle"), "brittle_adapter") as found:
+        yield found
 
 
 @pytest.fixture(autouse=True)

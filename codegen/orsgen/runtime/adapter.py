@@ -215,7 +215,7 @@ class Adapter:
         try:
             if row.get("split"):  # a row of a split the module did not pin: every episode would go unscored
                 self.pinned.refuse_split(split, f"{type(self).__name__}.reset(split={split!r})")
-            config = settings_of(type(self), self._given)  # refused before any request
+            config = settings.resolve(type(self), self._given)  # refused before any request
             env = self._environment()
             where = trl.place(self, row)
             self._in_batch = where.batch is not None
@@ -336,7 +336,7 @@ class Adapter:
             other, row = batch.adapters[position], batch.rows[position]
             if not isinstance(other, Adapter):
                 continue
-            config = settings_of(type(other), other._given)
+            config = settings.resolve(type(other), other._given)
             if config.open_ahead is False:
                 continue
             split, env = row.get("split") or other._split, other._environment()
@@ -529,11 +529,6 @@ class Adapter:
             self._close()
         except BaseException:  # noqa: BLE001, S110 - interpreter exit: module globals may already be gone
             pass
-
-
-def settings_of(cls: type, given: Mapping[str, Any]) -> settings.Settings:
-    """An adapter class's settings for an episode (ValueError, TypeError: one line for a refused value)."""
-    return settings.resolve(cls, given)
 
 
 def _captured(call: trl.Call) -> calls.Captured | None:

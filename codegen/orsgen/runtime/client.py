@@ -22,10 +22,9 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 TESTED_SDK = "0.1.167"  # the openreward release this runtime is tested against (pyproject pins it)
 
-# Bounds on every wait for the server, in seconds (the SDK itself waits for ever on some requests): settings rows
-# (settings.py), read when used, so a training script may set them after importing a module.
-TIMEOUTS = {kind: (settings.BY_NAME[f"{kind}_timeout"].variable or "", settings.BY_NAME[f"{kind}_timeout"].default)
-            for kind in ("reset", "tool", "close")}
+# Bounds on every wait for the server, in seconds (the SDK itself waits for ever on some requests): the settings rows
+# `reset_timeout`, `tool_timeout` and `close_timeout` (settings.py), read when used, so a training script may set them
+# after importing a module.
 
 
 def timeout(kind: str) -> float:
@@ -149,7 +148,7 @@ class Loop:
             return future.result(timeout=limit + 1)
         except (TimeoutError, concurrent.futures.TimeoutError):
             future.cancel()
-            raise TimeoutError(f"no answer within {limit:g}s ({TIMEOUTS[kind][0]})") from None
+            raise TimeoutError(f"no answer within {limit:g}s ({settings.BY_NAME[f'{kind}_timeout'].variable})") from None
 
     def environment(self, deployment: str, variant: str | None, url: str | None, api_key: str | None) -> AsyncEnvironment:
         """The SDK handle of an environment; one SDK client per API key and process, made on first use."""

@@ -80,7 +80,9 @@ def figures(c: _Counts) -> dict[str, float]:
     return {PREFIX + key: float(value) for key, value in out.items()}
 
 
-def _ahead_counts() -> tuple[int, int, int, int]:
+def _totals() -> tuple[int, int, int, int]:
+    """The process's running totals these figures are the differences of: sessions opened ahead, taken, unused; calls
+    started ahead."""
     return ahead.totals["opened"], ahead.totals["taken"], ahead.totals["unused"], calls.totals["started"]
 
 
@@ -103,7 +105,7 @@ class EpisodeMetrics(TrainerCallback):  # type: ignore[misc]
         self._lock = threading.RLock()  # re-entered when garbage collection closes an adapter inside _seen
         self._since: dict[str, _Counts] = {"train": _Counts(), "eval": _Counts()}  # this rank, since the last flush
         self._window: dict[str, _Counts] = {"train": _Counts(), "eval": _Counts()}  # every rank, this log window
-        self._ahead_seen = _ahead_counts()
+        self._totals_seen = _totals()
         self._trainer: weakref.ref[Any] | None = None
         me = weakref.ref(self)  # the hooks must not keep a finished run's callback alive
 
@@ -181,10 +183,10 @@ class EpisodeMetrics(TrainerCallback):  # type: ignore[misc]
             return
         with self._lock:
             mine, self._since[mode] = self._since[mode], _Counts()
-        seen = _ahead_counts()
+        seen = _totals()
         mine.ahead_opened, mine.ahead_taken, mine.ahead_unused, mine.calls_ahead = (
-            now - before for now, before in zip(seen, self._ahead_seen, strict=True))
-        self._ahead_seen = seen
+            now - before for now, before in zip(seen, self._totals_seen, strict=True))
+        self._totals_seen = seen
         mine.sessions_open = sessions.held()
         parts = trl.gather(trainer, mine)  # a collective: every rank flushes at the same step
         logged = trl.metrics_window(trainer, mode)

@@ -167,7 +167,6 @@ SETTINGS = (
             "later rollouts at once (sync tools)", variable="ORSGEN_BATCH_CALLS"),
 )
 BY_NAME = {row.name: row for row in SETTINGS}
-BY_VARIABLE = {row.variable: row for row in SETTINGS if row.variable}
 
 
 def _tool(value: Any) -> bool:
