@@ -184,6 +184,29 @@ def test_a_tool_a_subclass_wraps_runs_once_per_call_as_trl_makes_it(tally, tmp_p
     assert ran["ahead"] == 1  # `boom`, the one call no wrapped add comes before in its rollout
 
 
+@pytest.mark.trainer
+def test_a_tool_that_raises_when_read_ahead_runs_as_trl_makes_it(tally, tmp_path, monkeypatch):
+    """A class that names the generated module (as the benchmark's timing subclass does) is read ahead by running
+    its method: one that raises there is not read, and the turn's first call, during which it was read, is untouched."""
+    import functools
+
+    _, mod = tally
+    monkeypatch.setenv("ORSGEN_TOOL_TIMEOUT", "1.5")
+
+    @functools.wraps(mod.Tally.add)  # the schema TRL renders stays the generated one
+    def add(self, **arguments):
+        if arguments.get("n") == 3:
+            raise ValueError("three is refused here")
+        return mod.Tally.add(self, **arguments)
+
+    Refusing = type("Tally", (mod.Tally,), {"add": add, "__module__": mod.__name__})
+    ran = train(mod, str(tmp_path / "refusing"), Refusing)
+    by_rollout = {i: [content for _, content in turns] for i, turns in enumerate(ran["seen"])}
+    assert by_rollout[0] == ["total 1 after 1 calls", "total 3 after 2 calls"]
+    assert by_rollout[1] == [str({"error": "three is refused here"})]
+    assert ran["ahead"] > 0  # the others were read and started
+
+
 EXITS = """
 import sys, time
 sys.path[:0] = {paths!r}
