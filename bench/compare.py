@@ -437,8 +437,9 @@ class GrpoRun:
         trainer.train()
         time.sleep(settle_s)  # background requests of the last step (a new session's ping) count with it
         mark()
-        # Closed after the count: a step's count holds the closes of the step before it (done at the next reset, on
-        # both sides), so steps 2.. have the same make-up; the last step's closes would be a step's worth extra.
+        # Closed after the count: TRL closes a rollout's session at its next reset, so its step's count holds the
+        # step before's closes; orsgen closes a batch once TRL has read its rewards, in the step itself. Steps 2..
+        # have the same make-up either way; TRL's last step's closes would be a step's worth extra.
         close(trainer)
         assert len(marks) == GRPO_STEPS + 1, len(marks)
         rewards = [[e[k] for k in e if k.startswith("rewards/") and k.endswith("/mean")] for e in trainer.state.log_history]
@@ -730,10 +731,10 @@ def main() -> None:
         print(f"GRPO rows: GRPOTrainer, {GRPO_STEPS} steps of {GRPO_BATCH} rollouts (num_generations {GRPO_GROUP}, or "
               f"{GRPO_SMALL_GROUP} where the row says groups of {GRPO_SMALL_GROUP}), one "
               "scripted echo call per rollout; per step, the wall time inside reset() and the tool (the same timing "
-              "wrapper on both sides) and the requests the server saw from that step's start to the next one's (both "
-              "sides close a rollout's session at its next reset: a step's count holds the previous step's closes); "
-              "median over steps 2-3 of every run (step 1 has no closes and pays one-offs: connections, orsgen's "
-              f"drift check); {grpo_runs} runs per side, the sides' order rotating. "
+              "wrapper on both sides) and the requests the server saw from that step's start to the next one's (TRL "
+              "closes a rollout's session at its next reset, orsgen a batch's once TRL has read its rewards: each "
+              "step counts one step's closes); median over steps 2-3 of every run (step 1 pays one-offs: "
+              f"connections, orsgen's drift check; TRL's has no closes); {grpo_runs} runs per side, the sides' order rotating. "
               "Both GRPO rows' TRL figures are the same TRL runs.")
     if sys.dont_write_bytecode:
         print("PYTHONDONTWRITEBYTECODE is set: orsgen's startup rows include compiling the generated module.")

@@ -267,7 +267,13 @@ class Adapter:
         (None: GRPO leaves it out of its group's baseline); one that could not start, or that one of this module's
         reward functions already counted, gives None: a reward is never counted twice."""
         self._settle_unused()
-        return self._episode_now.reward_read()
+        reward = self._episode_now.reward_read()
+        batch = trl.rewards_read(self)
+        if batch is not None:  # TRL is done with the batch: its sessions close while the trainer trains on it
+            for env in batch:
+                if isinstance(env, Adapter):
+                    env._close(rewards_read=True)
+        return reward
 
     def _environment(self) -> AsyncEnvironment:
         if self._env is None:
@@ -314,6 +320,7 @@ class Adapter:
         closing = [sessions.close(*held)]
         closing += [other._close() for other in batch.adapters if isinstance(other, Adapter) and other is not self]
         closing += [sessions.close(None, left) for left in ahead.drain_all(keep=batch.tag)]
+        closing += sessions.freeing()  # those closed once TRL read the batch's rewards: done by now, as a rule
         concurrent.futures.wait([f for f in closing if f is not None], timeout=client.timeout("close"))
 
     def _open_ahead(self, batch: trl.Batch, mine: ahead.Opening) -> None:
@@ -513,11 +520,14 @@ class Adapter:
         episode.session = episode.opening = None
         return held
 
-    def _close(self, wait: bool = False) -> concurrent.futures.Future[None] | None:
-        """End the open session, if any: at the next reset (a batch's first reset: every adapter's of the batch),
-        on close_all(), at exit and on garbage collection. The server is told in the background, so the next
-        rollout does not wait for it; `wait=True` waits (bounded). The close's future, if one was sent."""
+    def _close(self, wait: bool = False, rewards_read: bool = False) -> concurrent.futures.Future[None] | None:
+        """End the open session, if any: once GRPOTrainer has read its batch's rewards (`rewards_read`), else at the
+        next reset (a batch's first reset: every adapter's of the batch), on close_all(), at exit and on garbage
+        collection. The server is told in the background, so the next rollout does not wait for it; `wait=True`
+        waits (bounded). The close's future, if one was sent."""
         self._episode_now.end(None)  # an episode closed before its reward was read
+        if rewards_read:
+            self._episode_now.closed = "its session closed once the trainer had read the batch's rewards"
         future = sessions.close(*self._detach())
         if wait and future is not None:
             with contextlib.suppress(Exception):  # the server reaps what it was not told

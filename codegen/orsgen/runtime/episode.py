@@ -56,6 +56,7 @@ class Episode(Generic[A]):
         self.void: Unscored | None = None  # why it cannot be scored at all (get_reward() is None)
         self.why: str | None = None  # that, in words
         self.gone: str | None = None  # the environment ended its session: the failed call that did
+        self.closed: str | None = None  # why its session closed before the next reset
         self.calls = self.failures = 0
         self.claimed = False  # a reward function counted it: get_reward() gives None
         self.ended = task_index is None  # the episode_end hook ran (an adapter's first "episode" never began)
@@ -89,6 +90,8 @@ class Episode(Generic[A]):
             self.refuse(Unscored.TIMED_OUT, f"it ran past its {limit:g}s from reset (ORSGEN_EPISODE_TIMEOUT)")
         if self.why is not None:
             raise ToolError(f"{name}: this episode is not scored: {self.why}")
+        if self.closed is not None:
+            raise ToolError(f"{name}: this episode is over: {self.closed}")
         if self.session is None:
             raise ToolError(f"{name}: no episode is open (reset() was not called)")
         if self.gone is not None:  # the SDK would refuse it without asking the server

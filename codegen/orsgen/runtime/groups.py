@@ -1,7 +1,8 @@
 """`group_reward`: each GRPO group's transcripts scored against each other by the environment (`score_group`).
 
 Groups are GRPO's: consecutive `num_generations` rollouts of one task, read from the trainer as TRL forms them.
-A group is posted, on one of its own sessions (still open: sessions close at the next batch's resets, at
+A group is posted, on one of its own sessions (still open: a batch's sessions close once TRL's own get_reward()
+reward, which runs after the user's reward functions, has read the batch, else at the next batch's resets, at
 close_all() or at exit; not one the environment ended, as a tool that raised ends its rollout's), as one request; a batch's groups are posted at once. A rollout whose episode did not start
 (or is void: a stale prompt) is never sent and stays None: the judge compares the group's other rollouts among
 themselves, when at least two started (a comparison needs two, and a lone score's advantage in its group is 0). A

@@ -30,6 +30,7 @@ log = logging.getLogger("orsgen")
 Report = Callable[[int, float, "BaseException | None"], None]  # per attempt: (number, start time, error or None)
 # Sessions open on a server (entered, not yet exited) and the opener that opened them; changed on the runtime's loop.
 _held: dict[Any, Sessions] = {}
+_freeing: set[concurrent.futures.Future[None]] = set()  # freeing()
 
 
 class Planned(concurrent.futures.Future[Any]):
@@ -331,7 +332,15 @@ def close(session: AsyncSession | None = None,
     future = running.submit(end(session, opening))
     running.closing.add(future)
     future.add_done_callback(running.closing.discard)
+    if session is not None or opening is not None and opening.done():  # frees a place
+        _freeing.add(future)
+        future.add_done_callback(_freeing.discard)
     return future
+
+
+def freeing() -> list[concurrent.futures.Future[None]]:
+    """The closes in flight of sessions that were open: what frees places on servers (a batch waits for them)."""
+    return list(_freeing)
 
 
 def held(opener: Sessions | None = None) -> int:

@@ -47,6 +47,13 @@ What is assumed (TRL 1.13 to 1.16, read from their code and tested against the o
   of type `function` without a `function` dict holding a `str` name, is read outside TRL's `try`, so a turn holding
   one is not read. Async tools run on TRL's loop thread, out of sight of that frame; AsyncGRPOTrainer has a loop
   of its own in another process: neither is read.
+- A batch's last reward read (`rewards_read`; read from TRL 1.13 and 1.16, where `_calculate_rewards` differs only
+  in how it tells an async function): `GRPOTrainer._calculate_rewards` (under TRL's profiling decorator) runs the sync reward functions in the order
+  of `reward_funcs` (its local `i`), each over the whole batch (`reward_kwargs["environments"]`), then gathers the
+  async ones it set aside (`async_funcs_info`). An environment that defines `get_reward` has a sync function of
+  TRL's appended to `reward_funcs`, which calls it environment by environment, in batch order. Once the last
+  function has read the batch's last environment, and nothing async is left, `_generate_and_score_completions`
+  does not touch the batch's environments again: the next use is the next batch's resets.
 """
 
 from __future__ import annotations
@@ -473,6 +480,33 @@ def tool_turn(adapter: Any) -> Turn | str | None:
             found.append(Call(position, env, method, arguments))
         later.append(found)
     return Turn((id(calls), number), calls, later)
+
+
+def rewards_read(adapter: Any) -> list[Any] | None:
+    """The batch's environments when this `get_reward()` of `adapter` is the last use TRL's reward computation makes
+    of them (see the docstring); None anywhere else, or when a subclass overrides where it is made."""
+    grpo = sys.modules.get("trl.trainer.grpo_trainer")
+    cls = getattr(grpo, "GRPOTrainer", None)
+    method = getattr(cls, "_calculate_rewards", None)
+    code = getattr(getattr(method, "__wrapped__", method), "__code__", None)  # under TRL's profiling decorator
+    frame: Any = sys._getframe(1)
+    for _ in range(8):  # get_reward (a generated override too), TRL's wrapper and its comprehension
+        if frame is None or code is None:
+            return None
+        if frame.f_code is code:
+            break
+        frame = frame.f_back
+    else:
+        return None
+    local = frame.f_locals
+    trainer, environments = local.get("self"), local.get("reward_kwargs", {}).get("environments")
+    if any(getattr(type(trainer), name, None) is not getattr(cls, name)
+           for name in ("_calculate_rewards", "_generate_and_score_completions")):
+        return None
+    if not _in_range(installed().removeprefix("TRL ")) or local.get("async_funcs_info"):
+        return None
+    last = local.get("i") == len(getattr(trainer, "reward_funcs", ())) - 1
+    return environments if last and isinstance(environments, list) and environments and environments[-1] is adapter else None
 
 
 def _in_trl(frame: Any) -> bool:
