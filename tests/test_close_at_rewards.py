@@ -51,14 +51,14 @@ def test_a_batch_closes_once_trl_has_read_its_rewards(tally, tmp_path, own_rewar
     mod.close_all()
 
     class OwnRewards(GRPOTrainer):  # type: ignore[misc]
-        def _calculate_rewards(self, *args):  # noqa: ANN002, ANN202
+        def _calculate_rewards(self, *args):
             return super()._calculate_rewards(*args)
 
     seen: dict = {}
     holder: list = []
 
     class AtStepEnd(TrainerCallback):  # type: ignore[misc]
-        def on_step_end(self, args, state, control, **kwargs):  # noqa: ANN001, ANN003, ANN201
+        def on_step_end(self, args, state, control, **kwargs):
             if state.global_step != 1:
                 return
             deadline = time.monotonic() + 10
