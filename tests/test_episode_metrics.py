@@ -89,7 +89,7 @@ def test_figures_equal_what_the_server_saw_step_by_step_and_evaluation_stays_apa
     assert [f["start_retries"] for f in train] == [0, 2, 1, 0]
     assert [f["capacity_refusals"] for f in train] == [0, 0, 0, 0]
     assert [(f["ahead/opened"], f["ahead/taken"], f["ahead/unused"]) for f in train] == [(1, 1, 0)] * 4
-    assert [f["sessions_open"] for f in train] == [2, 0, 2, 2]  # task 1's never opened
+    assert [f["sessions_open"] for f in train] == [0, 0, 0, 0]  # closed once TRL read the batch's rewards
     # evaluation: its own rows, on the test split's tasks, after steps 2 and 4; its rewards in TRL's eval logs
     test_windows = [windows[2]["test"], windows[4]["test"]]  # between step 2's end and 3's, after step 4's
     assert [w["tasks"] for w in test_windows] == [[0, 1], [0, 1]]

@@ -313,11 +313,9 @@ async def end(session: AsyncSession | None, opening: concurrent.futures.Future[A
         if opened is None:  # left by the look-ahead: never opened
             return
         session = opened[0]
-    if session is not None:
-        try:
-            await asyncio.wait_for(session.__aexit__(None, None, None), limit or client.timeout("close"))
-        finally:
-            _held.pop(session, None)
+    if session is not None:  # closing, so no longer held: close_all() and the exit wait for the close itself
+        _held.pop(session, None)
+        await asyncio.wait_for(session.__aexit__(None, None, None), limit or client.timeout("close"))
 
 
 def close(session: AsyncSession | None = None,
@@ -344,7 +342,7 @@ def freeing() -> list[concurrent.futures.Future[None]]:
 
 
 def held(opener: Sessions | None = None) -> int:
-    """Sessions open on a server right now (opened, not yet closed): `opener`'s, or every environment's."""
+    """Sessions open on a server right now (opened, and no close sent yet): `opener`'s, or every environment's."""
     return sum(1 for owner in list(_held.values()) if opener is None or owner is opener)
 
 
