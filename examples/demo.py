@@ -127,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
                                   max_tool_calling_iterations=MAX_TOOL_CALLING_ITERATIONS),
             train_dataset=train,
             environment_factory=env_class,
-            callbacks=[module.EpisodeMetrics()],  # orsgen/... figures in log_history (README: episode metrics)
+            callbacks=[module.EpisodeMetrics()],  # orsgen/... figures in log_history (docs/reference.md: episode metrics)
         )
         notice = UnscoredNotice()  # on the module logger itself: filters skip records of child loggers
         trl_logger = logging.getLogger(GRPOTrainer.__module__)
