@@ -7,6 +7,7 @@ orsgen CLI, use it by hand, then train a tiny model built on the spot with TRL's
 import argparse
 import importlib.util
 import inspect
+import logging
 import os
 import sys
 import tempfile
@@ -45,6 +46,27 @@ def shown(entry: dict[str, Any], key: str, spec: str, scale: float = 1.0) -> str
     """A logged figure as text; "n/a" for None (a step whose episodes nothing scored)."""
     value = entry.get(key, 0)
     return "n/a" if value is None else format(value * scale, spec)
+
+
+class UnscoredNotice(logging.Filter):
+    """Drops TRL's "All reward functions returned None" warning, a dump of one rollout's kwargs for every step with
+    an unscored rollout: the demo says what those rollouts are in one line of its own (`unscored_line`)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "All reward functions returned None" not in record.getMessage()
+
+
+def unscored_line(log_history: list[dict[str, Any]]) -> str | None:
+    """One line on the rollouts no tool scored, and why that is expected of a model still learning its tools."""
+    steps = [entry for entry in log_history if "reward" in entry]
+    unscored = {entry["step"]: int(entry.get("orsgen/unscored/no_tool_scored", 0)) for entry in steps}
+    where = [str(step) for step, count in unscored.items() if count]
+    if not where:
+        return None
+    total = sum(int(entry.get("orsgen/episodes", 0)) for entry in steps)
+    return (f"      {sum(unscored.values())} of {total} rollouts (step{'s' if len(where) > 1 else ''} "
+            f"{', '.join(where)}) called no tool that gives a reward, as expected of a model still learning its "
+            "tools: get_reward() is None for them, GRPO leaves them out of their group, TRL's warning is silenced")
 
 
 def options(argv: list[str] | None, doc: str | None, steps: int) -> argparse.Namespace:
@@ -105,9 +127,15 @@ def main(argv: list[str] | None = None) -> int:
                                   max_tool_calling_iterations=MAX_TOOL_CALLING_ITERATIONS),
             train_dataset=train,
             environment_factory=env_class,
-            callbacks=[module.EpisodeMetrics()],  # orsgen/... figures in log_history (README: episode metrics)
+            callbacks=[module.EpisodeMetrics()],  # orsgen/... figures in log_history (docs/reference.md: episode metrics)
         )
-        trainer.train()
+        notice = UnscoredNotice()  # on the module logger itself: filters skip records of child loggers
+        trl_logger = logging.getLogger(GRPOTrainer.__module__)
+        trl_logger.addFilter(notice)
+        try:
+            trainer.train()
+        finally:
+            trl_logger.removeFilter(notice)
         print(f"[6] GRPOTrainer: {trainer.state.global_step} steps; tools offered: "
               f"{[t.__name__ for t in trainer.tools]}")
         for entry in trainer.state.log_history:
@@ -117,6 +145,9 @@ def main(argv: list[str] | None = None) -> int:
                       f"{shown(entry, 'tools/call_frequency', '.2f')}, failures {shown(entry, 'tools/failure_frequency', '.2f')}; "
                       f"scored {shown(entry, 'orsgen/scored_fraction', '.2f')} of {shown(entry, 'orsgen/episodes', '.0f')} "
                       f"episodes, reset p50 {shown(entry, 'orsgen/reset_seconds_p50', '.0f', 1000)} ms")
+        line = unscored_line(trainer.state.log_history)
+        if line:
+            print(line)
         module.close_all()  # GRPOTrainer never closes its environments
         calls = env_class.calls  # type: ignore[attr-defined]
         print(f"      {len(calls)} tool calls reached the environment through the adapter, e.g.:")
