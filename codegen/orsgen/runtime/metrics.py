@@ -98,7 +98,7 @@ def _silent(trainer: Any | None) -> str | None:
 
 
 class EpisodeMetrics(TrainerCallback):  # type: ignore[misc]
-    """Adds the ``orsgen/...`` figures (README: "Episode metrics") to the trainer's logs, for training and (as
+    """Adds the ``orsgen/...`` figures (docs/reference.md: "Episode metrics") to the trainer's logs, for training and (as
     ``eval_orsgen/...``) evaluation, summed over every rank. One per trainer: ``callbacks=[EpisodeMetrics()]``."""
 
     def __init__(self) -> None:

@@ -211,7 +211,7 @@ def variable(name: str) -> Any:
 
 
 def table() -> str:
-    """The README's settings table (tests/test_runtime_objects.py compares the two)."""
+    """The settings table of docs/reference.md (tests/test_runtime_objects.py compares the two)."""
     lines = ["| setting | class attribute | variable | default | what it does |", "|---|---|---|---|---|"]
     for row in SETTINGS:
         lines.append(f"| `{row.name}` | {f'`{row.attribute}`' if row.attribute else ''} | "
