@@ -46,7 +46,10 @@ def test_check_does_not_follow_the_spelling_of_the_path(echo_server, tmp_path, m
     (root / "gen" / "echo.py").write_text(text.replace('"""Echo text back.', '"""Edited by hand.'))
     code, out, _ = in_process("--check", "../gen/echo.py")
     assert code == 1
-    assert f"fix: orsgen {echo_server.url} -o gen/echo.py   (in {root.resolve().as_posix()})" in out
+    assert "fix: orsgen ../gen/echo.py   (from its own snapshot, no request;" in out  # a hand edit: offline
+    code, out, _ = in_process("--check", "--async-tools", "../gen/echo.py")  # an option too: the header's command
+    assert code == 1
+    assert f"fix: orsgen {echo_server.url} --async-tools -o gen/echo.py   (in {root.resolve().as_posix()};" in out
 
 
 def test_check_without_a_project_is_relative_to_the_current_folder(tmp_path, monkeypatch):

@@ -127,7 +127,7 @@ def test_runtime_drift_fails_fast_with_a_readable_diff(tmp_path, monkeypatch):
     server = drift_server("b")
     try:
         mod = load(out)
-        with pytest.raises(mod.DriftError, match=r"\+ shout \(new on the server\); ~ say \(schema or description"):
+        with pytest.raises(mod.DriftError, match=r"\+ shout: added; ~ say: argument text: description changed\. Regenerate"):
             mod.Drift(url=server.url).reset(task_index=0)
         assert mod.Drift(url=server.url, check_drift=False).reset(task_index=0) == "task 0"
         monkeypatch.setenv("ORSGEN_DRIFT_CHECK", "0")

@@ -12,7 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import NoReturn
 
-from orsgen import __version__, config, pipeline
+from orsgen import __version__, config, pipeline, stdout
 from orsgen.errors import OrsgenError
 
 
@@ -90,6 +90,8 @@ def jobs(args: argparse.Namespace) -> list[config.Job]:
     if output is None and len(args.targets) == 1 and not envs and not args.report and pipeline.is_module(args.targets[0]):
         output = Path(args.targets[0])  # a module knows its own target: itself, from its own snapshot
     if output is None and not args.report:
+        for target in args.targets:  # `orsgen generated/shpo.py`: a typo, not a missing -o
+            pipeline.exists(target)
         raise OrsgenError("give the output module with -o FILE")
     output = Path(os.path.normpath(output or "adapter.py"))
     if len(args.targets) == 1 and len(envs) <= 1:
@@ -115,6 +117,9 @@ def job_of(target: str, output: Path, env: str | None, args: argparse.Namespace)
 def main(argv: list[str] | None = None) -> int:
     try:
         return _main(argv)
+    except BrokenPipeError:  # a write outside `stdout.say` (argparse's): quiet all the same, exit 1 as Python's docs
+        stdout.silence()
+        return 1
     except KeyboardInterrupt:  # outputs are replaced atomically: nothing was half-written
         print("orsgen: interrupted", file=sys.stderr)
         return 130
@@ -122,6 +127,8 @@ def main(argv: list[str] | None = None) -> int:
         print(scrubbed(traceback.format_exc()), end="", file=sys.stderr)
         print("orsgen: error: internal error (the traceback above, secrets masked): please report it", file=sys.stderr)
         return 2
+    finally:  # --help's exit too: a reader gone (`| head`) is silenced here, not a traceback at shutdown
+        stdout.flush()
 
 
 def scrubbed(text: str) -> str:

@@ -10,6 +10,7 @@ from typing import Any
 
 from orsgen import config
 from orsgen.errors import OrsgenError
+from orsgen.runtime import bounds
 from orsgen.source import Source, read_file
 
 
@@ -20,6 +21,8 @@ class Pinned:
     class_name: str
     options: dict[str, Any]  # what it was made with (ORSGEN_OPTIONS): regenerating it uses them again
     async_tools: bool
+    version: str = ""  # ORSGEN_VERSION: the orsgen that wrote it
+    sha256: str | None = None  # SNAPSHOT_SHA256: what SNAPSHOT hashed to when written (a hand edit changes it)
 
 
 def read(path: Path) -> Pinned:
@@ -62,7 +65,9 @@ def read_text(text: str, path: str = "<module>") -> Pinned:
         split=values["SPLIT"],
         build=values.get("BUILD_SHA"),
     )
-    return Pinned(source, values["SNAPSHOT"], class_name, options, bool(values.get("ASYNC_TOOLS", False)))
+    sha = values.get("SNAPSHOT_SHA256")
+    return Pinned(source, values["SNAPSHOT"], class_name, options, bool(values.get("ASYNC_TOOLS", False)),
+                  str(values["ORSGEN_VERSION"]), sha if isinstance(sha, str) else None)
 
 
 def _is_adapter(base: ast.expr) -> bool:
@@ -73,45 +78,20 @@ def _is_adapter(base: ast.expr) -> bool:
 
 
 def tool_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
-    """Lines like `+ tool: added`, `- tool: removed`, `~ tool: argument path: type changed`, per argument."""
-    before, after = _by_name(old.get("tools")), _by_name(new.get("tools"))  # old: perhaps edited by hand
-    lines = [f"+ {name}: added" for name in after if name not in before]
-    lines += [f"- {name}: removed" for name in before if name not in after]
-    for name, tool in after.items():
-        old_tool = before.get(name)
-        if old_tool is not None and old_tool != tool:
-            lines += [f"~ {name}: {change}" for change in _tool_changes(old_tool, tool)]
+    """Lines like `+ tool: added`, `- tool: removed`, `~ tool: argument path: type changed`, per argument (the
+    runtime's DriftError says them alike: `bounds.changes`), then the snapshot's other keys."""
+    lines = bounds.changes(old.get("tools"), new.get("tools"))  # old: perhaps edited by hand
     for key in sorted(set(old) | set(new)):
         if key != "tools" and old.get(key) != new.get(key):
             lines.append(f"~ {key}: {_short(old.get(key))} -> {_short(new.get(key))}")
     return lines
 
 
-def _by_name(tools: Any) -> dict[str, dict[str, Any]]:
-    listed = tools if isinstance(tools, list) else []
-    return {t["name"]: t for t in listed if isinstance(t, dict) and isinstance(t.get("name"), str)}
-
-
-def _tool_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
-    found = ["description changed"] if old.get("description") != new.get("description") else []
-    a, b = old.get("input_schema") or {}, new.get("input_schema") or {}
-    props_a, props_b = a.get("properties") or {}, b.get("properties") or {}
-    found += [f"argument {n} added" for n in props_b if n not in props_a]
-    found += [f"argument {n} removed" for n in props_a if n not in props_b]
-    for n in props_b:
-        if n in props_a and props_a[n] != props_b[n]:
-            keys = sorted(k for k in set(props_a[n]) | set(props_b[n]) if props_a[n].get(k) != props_b[n].get(k))
-            found.append(f"argument {n}: {', '.join(keys)} changed")
-    req_a, req_b = set(a.get("required") or []), set(b.get("required") or [])
-    found += [f"argument {n} now required" for n in sorted(req_b - req_a) if n in props_a]
-    found += [f"argument {n} now optional" for n in sorted(req_a - req_b) if n in props_b]
-    if list(props_a) != list(props_b) and set(props_a) == set(props_b):
-        found.append("argument order changed")
-    rest = sorted(k for k in set(a) | set(b) if k not in ("properties", "required") and a.get(k) != b.get(k))
-    found += [f"schema {k} changed" for k in rest]
-    found += [f"{k} changed" for k in sorted(set(old) | set(new)) if k not in ("description", "input_schema", "name")
-              and old.get(k) != new.get(k)]
-    return found or ["changed"]
+def option_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """Lines like `~ option async-tools: (not set) -> true`: what a module was made with against what is asked."""
+    return [f"~ option {key}: {_short(old[key]) if key in old else '(not set)'} -> "
+            f"{_short(new[key]) if key in new else '(not set)'}"
+            for key in config.in_order({**old, **new}) if old.get(key) != new.get(key)]
 
 
 def _short(value: Any) -> str:

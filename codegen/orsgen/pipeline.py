@@ -10,6 +10,7 @@ The job (`config.Job`, frozen) carries every option from the command line or pyp
 
 import ast
 import contextlib
+import difflib
 import json
 import keyword
 import os
@@ -31,6 +32,7 @@ from orsgen.errors import OrsgenError
 from orsgen.model import naming
 from orsgen.source import Probe, Source, _snap, fetch, scoring
 from orsgen.source import tasks as fetch_tasks
+from orsgen.stdout import say
 
 BUNDLE_NAMES = frozenset({"bundle"})
 
@@ -54,17 +56,18 @@ def run(job: Job, mode: Mode) -> tuple[int, model.Adapter | None]:
     for warning in adapter.warnings():
         print(f"orsgen: warning: {warning}", file=sys.stderr)
     if mode.report:
-        print(report.render(text, adapter, fmt=mode.report)[0], end="")
+        say(report.render(text, adapter, fmt=mode.report)[0], end="")
         if mode.report_only:
             return 0, None
     if mode.check:
-        status = check.module(job.output, text, mode.diff, root=job.root)
+        status = check.module(job.output, text, mode.diff, root=job.root, own=lambda: regenerated(job.output))
         if job.pin_tasks and not job.offline:  # offline: the tasks are the server's, not this orsgen's
             status = max(status, check.tasks(tasks_path(job.output), pinned_tasks(job, source, snap)))
         return status, adapter
     # The tasks first: a server that fails (or a Ctrl-C) then leaves the module and its task list as they were.
     tasks = pinned_tasks(job, source, snap) if job.pin_tasks and not job.offline else None
-    write.emit(job.output, text, summary(adapter), generated=True)
+    if write.emit(job.output, text, summary(adapter), generated=True) and job.fetched is None:
+        not_a_package(job)
     if tasks is not None:
         write.emit(tasks_path(job.output), tasks,
                    ", ".join(f"{len(v)} {k} tasks" for k, v in json.loads(tasks)["splits"].items()))
@@ -76,8 +79,32 @@ def run(job: Job, mode: Mode) -> tuple[int, model.Adapter | None]:
     return 0, adapter
 
 
+def regenerated(output: Path) -> str | None:
+    """What `orsgen OUTPUT` writes: this orsgen, the module's own snapshot and options, no request (None: it
+    cannot, e.g. its templates are gone)."""
+    job = Job(output.as_posix(), output, root=project_root(output), found_root=True)
+    try:
+        source, snap, job = snapshot(job)
+        return _built(source, snap, job)[0]
+    except OrsgenError:
+        return None
+
+
+def not_a_package(job: Job) -> None:
+    """A module written into a folder of the project that is not a package: one line on how to type-check it."""
+    folder = job.output.parent.resolve()
+    root = Path(job.root or project_root(job.output)).resolve()
+    if (folder / "__init__.py").exists() or folder in (root, Path.cwd().resolve()) or root not in folder.parents:
+        return
+    shown = job.output.parent.as_posix()
+    print(f"orsgen: note: {shown}/ has no __init__.py, so mypy on it beside the code importing it says \"Source "
+          f"file found twice\": add an empty {shown}/__init__.py", file=sys.stderr)
+
+
 def validate(job: Job) -> None:
     """Input that cannot be right, refused before any request."""
+    if not job.offline:  # offline, the module's own snapshot is the input
+        exists(job.target)
     stem = job.output.stem
     if job.output.suffix == ".py" and (not stem.isidentifier() or keyword.iskeyword(stem)):  # `import class` fails
         fix = naming.identifier(stem, fallback="adapter")
@@ -89,6 +116,18 @@ def validate(job: Job) -> None:
         shown = url._replace(netloc=url.netloc.rpartition("@")[2]).geturl()
         raise OrsgenError(f"TARGET {shown} has a user name or password in it, which the module would pin: give the "
                           "URL without it (an API key goes in OPENREWARD_API_KEY, secrets in --secret NAME)")
+
+
+def exists(target: str) -> None:
+    """A file TARGET (a module or a /tools JSON file) that is not there, said as such: not asked for -o or fetched."""
+    path = Path(target)
+    if target.startswith(("http://", "https://")) or path.suffix not in (".py", ".json") or path.exists():
+        return
+    siblings = [p.name for p in path.parent.glob(f"*{path.suffix}")] if path.parent.is_dir() else []
+    close = difflib.get_close_matches(path.name, siblings, n=1, cutoff=0.8)
+    hint = f"did you mean {(path.parent / close[0]).as_posix()}? " if close else ""
+    raise OrsgenError(f"{target}: no such file ({hint}a TARGET is a server URL, a catalog owner/name, a /tools JSON "
+                      "file or an orsgen module to regenerate)")
 
 
 def is_module(target: str) -> bool:

@@ -121,14 +121,18 @@ def _from_catalog(name: str, env: str | None, probe: Probe) -> tuple[Source, dic
 
 def _with_tools(source: Source, server: wire.Server, probe: Probe) -> tuple[Source, dict[str, Any]]:
     where = source.env or source.deployment
+    named = (f"catalog environment {source.target}" + (f" (--env {source.env})" if source.env else "")
+             if source.url is None else f"{where} from {source.target}")  # a catalog name is its own target
     try:
         response = server.tools()
         splits = server.splits()
         source = replace(source, split=_default_split(splits))
         tools, rest = normalize.tool_list(response, source.target)
         per_task = _task_tools(server, source.split, probe, tools) if probe.task_tools_from else None
+    except wire.Unreachable:  # its line names the server, why and what to check already
+        raise
     except OrsgenError as exc:
-        raise OrsgenError(f"fetching tools of {where} from {source.target} failed: {exc}") from None
+        raise OrsgenError(f"fetching the tools of {named} failed: {exc}") from None
     except (KeyError, TypeError, ValueError, AttributeError) as exc:  # a body that is not what ORS answers
         raise OrsgenError(server.scrub(f"{source.target} does not answer as an ORS server does for {where}: "
                                        f"{type(exc).__name__}: {exc}")[:300]) from None

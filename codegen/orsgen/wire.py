@@ -10,8 +10,11 @@ import base64
 import contextlib
 import http.client
 import json
+import math
 import os
 import re
+import socket
+import ssl
 import time
 import urllib.error
 import urllib.parse
@@ -25,6 +28,7 @@ from orsgen.errors import OrsgenError
 
 TIMEOUT = 10.0  # per request; opening a session may run the environment's constructor: SESSION_TIMEOUT
 SESSION_TIMEOUT = 60.0
+TIMEOUT_VARIABLE = "ORSGEN_WIRE_TIMEOUT"  # seconds, when set: every request's limit (both of the above)
 # The SDK's env-server retry policy (openreward/api/_session/http.py): these statuses and every transport error
 # (refused, reset, timed out, cut off mid-body) are retried; others are the answer.
 RETRIED = (429, 502, 503, 504)
@@ -123,6 +127,7 @@ class Server:
                 sse: bool = False, deployment: bool = True, timeout: float = TIMEOUT) -> Any:
         """One request, JSON in and out (SSE: its events), failing as the SDK's env-server client does (`Retry`),
         following 307/308 redirects (at most MAX_REDIRECTS). Errors: one line, without any secret."""
+        timeout = request_timeout(timeout)
         headers = self._headers(sid=sid, secrets=secrets, sse=sse, deployment=deployment)
         payload = body
         retry = Retry(sse)
@@ -135,7 +140,7 @@ class Server:
             except _SSEError as exc:
                 raise OrsgenError(self.scrub(f"{where[-1]}: the server answered with an error event: {exc}")[:300]) from None
             except (urllib.error.URLError, http.client.HTTPException, OSError) as exc:
-                failure = self._transport_failure(exc, where[-1])
+                failure = self._transport_failure(exc, where[-1], timeout)
                 if sse and failure.task_id:  # resumed, as the SDK resumes a stream it had the task id of
                     payload = {**(body or {}), "task_id": failure.task_id}
             except (json.JSONDecodeError, UnicodeDecodeError):
@@ -181,25 +186,53 @@ class Server:
 
     def _http_failure(self, exc: urllib.error.HTTPError, url: str) -> "Failure":
         detail = _detail(exc)
-        error = HTTPStatusError(self.scrub(f"{url} answered HTTP {exc.code}{': ' + detail if detail else ''}"), exc.code)
+        text = f"{url} answered HTTP {exc.code}{': ' + detail if detail else ''}"
+        if self.platform and exc.code == 404:
+            text += f": is {self.deployment} spelt as the catalog lists it (owner/name)?"
+        elif self.platform and exc.code in (401, 403):
+            text += ": is OPENREWARD_API_KEY the key of an account that may use it?"
+        error = HTTPStatusError(self.scrub(text), exc.code)
         retry_after = (exc.headers.get("Retry-After") or "").strip()
         return Failure(error, retried=exc.code in RETRIED, starting=exc.headers.get("X-Backend-State") == "starting",
                        retry_after=float(retry_after) if retry_after.isdigit() else None)  # the SDK's parse
 
-    def _transport_failure(self, exc: BaseException, url: str) -> "Failure":
-        """A request that got no whole answer: refused, reset, timed out, or cut off mid-body."""
+    def _transport_failure(self, exc: BaseException, url: str, timeout: float) -> "Failure":
+        """A request that got no whole answer: refused, not found in DNS, reset, timed out, or cut off mid-body."""
         if isinstance(exc, http.client.IncompleteRead):
             task_id = _sse_events(exc.partial.decode("utf-8", "replace")).get("task_id")
             text = f"{url}: the answer was cut off ({len(exc.partial)} bytes read, {exc.expected} more expected)"
             return Failure(OrsgenError(self.scrub(text)), task_id=task_id)
+        # urllib wraps what fails while connecting in a URLError; a read that timed out comes as it is
         reason = getattr(exc, "reason", exc) if isinstance(exc, urllib.error.URLError) else exc
-        if isinstance(reason, ConnectionRefusedError):
-            text = f"cannot reach ORS server at {self.base}: connection refused: is the server running, on this port?"
+        if isinstance(reason, TimeoutError) and not isinstance(exc, urllib.error.URLError):
+            text = (f"{url}: no answer within {timeout:g} s (the server took the connection): stuck, or slow? "
+                    f"{TIMEOUT_VARIABLE}=SECONDS waits longer")
         elif isinstance(exc, (http.client.HTTPException, ConnectionResetError)) and not isinstance(exc, TimeoutError):
             text = f"{url}: the server dropped the connection ({type(exc).__name__}: {exc})"
         else:
-            text = f"cannot reach ORS server at {self.base}: {reason}"
+            text = f"cannot reach {self._what()}: {_why(reason, self.base, timeout)}: {self._hint(reason)}"
         return Failure(OrsgenError(self.scrub(text)))
+
+    def _what(self) -> str:
+        """The server a request could not reach, and where its URL came from."""
+        if not self.platform:
+            return f"ORS server at {self.base}"
+        origin = ("OPENREWARD_SESSION_URL" if os.environ.get("OPENREWARD_SESSION_URL") else
+                  "from OPENREWARD_URL" if os.environ.get("OPENREWARD_URL") else "the SDK's default")
+        return f"the session server of catalog environment {self.deployment}, {self.base} ({origin})"
+
+    def _hint(self, reason: BaseException) -> str:
+        """What to check when a server cannot be reached at all."""
+        if self.platform:
+            variable = ("and OPENREWARD_SESSION_URL" if os.environ.get("OPENREWARD_SESSION_URL") else
+                        "and OPENREWARD_URL" if os.environ.get("OPENREWARD_URL") else
+                        "or set OPENREWARD_SESSION_URL to the session server")
+            return f"check the network or proxy (HTTPS_PROXY), {variable}"
+        if isinstance(reason, ConnectionRefusedError):
+            return "is the server running, on this port?"
+        if isinstance(reason, socket.gaierror):
+            return "check the host name in the URL, and the network or proxy (HTTPS_PROXY)"
+        return "check the URL, and the network or proxy (HTTPS_PROXY)"
 
     def scrub(self, text: str) -> str:
         """Text without the API key or any secret's value, should a server echo one: whole, cut short (an error
@@ -213,6 +246,38 @@ class Server:
 
 
 _TOKEN = re.compile(r"[A-Za-z0-9+/=_-]{8,}")  # a run that may be part of a key or of base64: masked if it is one
+
+
+def _why(reason: BaseException, base: str, timeout: float) -> str:
+    """Why a connection failed, in words rather than an errno."""
+    host = urllib.parse.urlsplit(base).hostname or base
+    if isinstance(reason, ConnectionRefusedError):
+        return "connection refused"
+    if isinstance(reason, socket.gaierror):
+        found = "name not known" if reason.errno == socket.EAI_NONAME else "no answer from DNS: offline?"
+        return f"the DNS lookup of {host} failed ({found})"
+    if isinstance(reason, TimeoutError):
+        return f"connecting timed out after {timeout:g} s ({TIMEOUT_VARIABLE}=SECONDS waits longer)"
+    if isinstance(reason, ssl.SSLError):
+        return f"the TLS handshake failed ({getattr(reason, 'reason', None) or reason})"
+    if isinstance(reason, OSError) and reason.strerror:
+        return reason.strerror[:1].lower() + reason.strerror[1:]
+    return str(reason) or type(reason).__name__
+
+
+def request_timeout(default: float) -> float:
+    """Seconds a request may wait: ORSGEN_WIRE_TIMEOUT when set (for every request), else `default`."""
+    value = os.environ.get(TIMEOUT_VARIABLE, "").strip()
+    if not value:
+        return default
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = math.nan
+    if not seconds > 0 or math.isinf(seconds):
+        raise OrsgenError(f"{TIMEOUT_VARIABLE}={value!r}: give the seconds a request may wait, a number above 0 "
+                          f"(default {TIMEOUT:g}, {SESSION_TIMEOUT:g} to open a session)")
+    return seconds
 
 
 def starting_budget() -> float:

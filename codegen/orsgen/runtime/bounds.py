@@ -1,7 +1,8 @@
 """What a tool spec from a server may hold: a bounded depth and bounded text. Generation pins the bounded spec and
 the drift check bounds the live one the same way, so a cut tool is not reported as changed.
 
-`canonical` is the snapshot's JSON form, in which the two are compared.
+`canonical` is the snapshot's JSON form, in which the two are compared; `changes` says how they differ, for
+`orsgen --check` and the runtime's DriftError alike.
 
 A tool list is input from outside: a schema nested hundreds of levels deep would make the pinned literal too deep
 for Python to compile (and every walk over it recurse past the interpreter's limit); a multi-megabyte description
@@ -56,3 +57,52 @@ def canonical(node: Any, keep_order: bool = False) -> Any:
         return node
     keys = list(node) if keep_order else sorted(node)
     return {k: canonical(node[k], keep_order=k == "properties" and not keep_order) for k in keys}
+
+
+def changes(pinned: Any, live: Any) -> list[str]:
+    """How two tool lists differ, one line per tool and argument: `+ tool: added`, `- tool: removed`,
+    `~ tool: argument path: type changed` (`pinned` may have been edited by hand into any shape)."""
+    before, after = _by_name(pinned), _by_name(live)
+    lines = [f"+ {name}: added" for name in after if name not in before]
+    lines += [f"- {name}: removed" for name in before if name not in after]
+    for name, spec in after.items():
+        old = before.get(name)
+        if old is not None and old != spec:
+            lines += [f"~ {name}: {change}" for change in _tool_changes(old, spec)]
+    return lines
+
+
+def _by_name(tools: Any) -> dict[str, dict[str, Any]]:
+    listed = tools if isinstance(tools, list) else []
+    return {t["name"]: t for t in listed if isinstance(t, dict) and isinstance(t.get("name"), str)}
+
+
+def _tool_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    found = ["description changed"] if old.get("description") != new.get("description") else []
+    a, b = _object(old.get("input_schema")), _object(new.get("input_schema"))
+    props_a, props_b = _object(a.get("properties")), _object(b.get("properties"))
+    found += [f"argument {n} added" for n in props_b if n not in props_a]
+    found += [f"argument {n} removed" for n in props_a if n not in props_b]
+    for n in props_b:
+        if n in props_a and props_a[n] != props_b[n]:
+            x, y = _object(props_a[n]), _object(props_b[n])
+            keys = sorted(k for k in set(x) | set(y) if x.get(k) != y.get(k))
+            found.append(f"argument {n}: {', '.join(keys) or 'schema'} changed")
+    req_a, req_b = set(_names(a.get("required"))), set(_names(b.get("required")))
+    found += [f"argument {n} now required" for n in sorted(req_b - req_a) if n in props_a]
+    found += [f"argument {n} now optional" for n in sorted(req_a - req_b) if n in props_b]
+    if list(props_a) != list(props_b) and set(props_a) == set(props_b):
+        found.append("argument order changed")
+    rest = sorted(k for k in set(a) | set(b) if k not in ("properties", "required") and a.get(k) != b.get(k))
+    found += [f"schema {k} changed" for k in rest]
+    found += [f"{k} changed" for k in sorted(set(old) | set(new)) if k not in ("description", "input_schema", "name")
+              and old.get(k) != new.get(k)]
+    return found or ["changed"]
+
+
+def _object(node: Any) -> dict[str, Any]:
+    return node if isinstance(node, dict) else {}
+
+
+def _names(node: Any) -> list[str]:
+    return [n for n in node if isinstance(n, str)] if isinstance(node, list) else []

@@ -259,14 +259,12 @@ class Sessions:
             live = {t.name: bounds.canonical(bounds.tool({"description": t.description or "",
                                                           "input_schema": t.input_schema, "name": t.name}))
                     for t in tools}
-            pinned = {t["name"]: t for t in self.pin.snapshot["tools"]}
-            changes = [f"+ {n} (new on the server)" for n in live if n not in pinned]
-            changes += [f"- {n} (gone from the server)" for n in pinned if n not in live]
-            changes += [f"~ {n} (schema or description changed)" for n in live if n in pinned and live[n] != pinned[n]]
+            changes = bounds.changes(self.pin.snapshot["tools"], list(live.values()))  # as `orsgen --check` says them
             if changes:
                 raise DriftError(
                     f"the tools at {where} differ from those pinned in {self.pin.module} ({self.pin.target}): "
-                    f"{'; '.join(changes)}. Regenerate the module, or set ORSGEN_DRIFT_CHECK=0 to train anyway."
+                    f"{'; '.join(changes)}. Regenerate the module (`orsgen --check` shows the same), or set "
+                    "ORSGEN_DRIFT_CHECK=0 to train anyway."
                 )
             self._drift_checked.add(where)
 
