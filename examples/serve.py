@@ -1,13 +1,12 @@
-"""Run ORS environments with the openreward SDK's own `Server` under uvicorn, on 127.0.0.1 only.
+"""Run ORS environments with the openreward SDK's own `Server` under uvicorn, on 127.0.0.1: `orsgen serve`
+(codegen/orsgen/serve.py), started and stopped for the examples and the tests.
 
-`python -m examples.serve module:Class [module:Class ...] --port N` serves them;
-`running(...)` starts that in a subprocess, waits for `/health`, and stops it afterwards. (The tests' servers,
-which also log what they were asked, are tests/harness/servers.py.)
+`python -m examples.serve module:Class [module:Class ...] --port N` is `orsgen serve` with the same arguments;
+`running(...)` starts `orsgen serve` in a subprocess, waits for `/health`, and stops it afterwards. (The tests'
+servers, which also log what they were asked, are tests/harness/servers.py.)
 """
 
-import argparse
 import contextlib
-import importlib
 import json
 import os
 import signal
@@ -20,7 +19,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-HOST = "127.0.0.1"
+from orsgen import serve
+from orsgen.serve import HOST
 
 
 def free_port() -> int:
@@ -29,23 +29,17 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def load(spec: str) -> type:
-    module, _, name = spec.partition(":")
-    return getattr(importlib.import_module(module), name)
+def load(spec: str) -> type:  # an openreward Environment subclass
+    """The Environment subclass "module:Class" names (orsgen.serve.ServeError if it names none)."""
+    return serve.load(spec)
 
 
 def main(specs: list[str] | None = None, wrap: Callable[[Any], Any] | None = None) -> None:
-    """Serve the environments `specs` (or the command line's) on 127.0.0.1; `wrap(app)` is the ASGI app served."""
-    p = argparse.ArgumentParser(description=__doc__)
-    if specs is None:
-        p.add_argument("envs", nargs="+", metavar="module:Class")
-    p.add_argument("--port", type=int, default=8031)
-    args = p.parse_args()
-    import uvicorn
-    from openreward.environments import Server
-
-    server = Server([load(s) for s in specs or args.envs])
-    uvicorn.run(wrap(server.app) if wrap else server.app, host=HOST, port=args.port, log_level="warning")
+    """Serve the environments `specs` (or the command line's) until stopped; `wrap(app)` is the ASGI app served. The
+    rest of the command line is `orsgen serve`'s (--port N, --host). Exits with its code if that is not 0."""
+    code = serve.main([*(specs or []), *sys.argv[1:]], wrap=wrap)
+    if code:
+        raise SystemExit(code)
 
 
 @dataclass
@@ -55,8 +49,8 @@ class Running:
 
     @staticmethod
     def spawn(specs: list[str], port: int, env: dict[str, str]) -> Any:
-        """The server's process (a Popen, or what acts as one): `python -m examples.serve SPECS --port PORT`."""
-        cmd = [sys.executable, "-m", "examples.serve", *specs, "--port", str(port)]
+        """The server's process (a Popen, or what acts as one): `orsgen serve SPECS --port PORT`."""
+        cmd = [sys.executable, "-m", "orsgen", "serve", *specs, "--port", str(port)]
         return subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL)
 
     def kill(self) -> None:

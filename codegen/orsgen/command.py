@@ -1,21 +1,47 @@
-"""The `orsgen` command: says in one line what to install when the generator's extra is missing (a training
-install has only the runtime)."""
+"""The `orsgen` command: `orsgen serve ...` needs only the runtime install; generation needs the generator's extra,
+and without it `orsgen` says in one line what to install (`--help` and `--version` still answer)."""
 
 import importlib.util
 import sys
 
+from orsgen import __version__
+
 GENERATOR = ("jinja2", "black")  # the `generator` extra
+USAGE = """usage: orsgen [TARGET ...] [-o FILE] [--check] [--diff] [--offline] [--report] [options]
+       orsgen serve MODULE:CLASS [MODULE:CLASS ...] [--port N] [--host HOST]"""
 
 
 def main() -> int:
+    argv = sys.argv[1:]
+    if argv[:1] == ["serve"]:
+        from orsgen import serve
+
+        return serve.main(argv[1:])
     missing = [name for name in GENERATOR if importlib.util.find_spec(name) is None]
     if missing:
-        print(f"orsgen: error: the generator needs {' and '.join(missing)}: pip install \"orsgen[generator]\" (a "
-              "training image needs only the run time)", file=sys.stderr)
-        return 2
+        return without_generator(argv, missing)
     try:
         from orsgen.cli import main as generate  # black and jinja2: a Ctrl-C may well land here
     except KeyboardInterrupt:
         print("orsgen: interrupted", file=sys.stderr)
         return 130
     return generate()
+
+
+def without_generator(argv: list[str], missing: list[str]) -> int:
+    """A training install: --help and --version answer (what argparse would, first one wins); the rest is refused."""
+    install = 'pip install "orsgen[generator]"'
+    for arg in argv:
+        if arg == "--":
+            break
+        if arg == "--version":
+            print(f"orsgen {__version__}")
+            return 0
+        if arg in ("-h", "--help"):
+            print(USAGE)
+            print(f"generating and checking modules needs the generator ({' and '.join(missing)} are not installed "
+                  f"here): {install}; orsgen serve needs only this install")
+            return 0
+    print(f"orsgen: error: the generator needs {' and '.join(missing)}: {install} (a training image needs only the "
+          "run time)", file=sys.stderr)
+    return 2
