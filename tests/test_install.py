@@ -151,7 +151,7 @@ def test_wheel_built_from_a_clone(tmp_path, place, echo_server):
 
 def test_git_url(tmp_path, place, echo_server):
     """`pip install "orsgen[generator] @ git+<URL>@<commit>"`, the URL this clone's, the commit its HEAD. A clone on
-    disk is `git+file://localhost/path`: pip before 24.1 refuses `git+file:///path` (a URL with no host)."""
+    disk is `git+file://localhost/path`: pip 23 (a fresh venv's here) refuses `git+file:///path`, a URL with no host."""
     _, house = place
     sha = git("rev-parse", "HEAD").strip()
     venv = Venv(tmp_path, house)
