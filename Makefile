@@ -1,11 +1,12 @@
 # Two commands on a fresh machine: `make demo` (set up, then the main job) and `make test`; `make test-fast` is the
-# quick check while working (everything but the `trainer` tier: real trainers, torchrun, spawned workers).
+# quick check while working (everything but the `trainer` tier: real trainers, torchrun, spawned workers, and the
+# `install` tier: the README's install lines in fresh venvs, `make test-install`).
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 EXAMPLE_PORT := 8031
 
-.PHONY: setup demo test test-fast test-trl-oldest lint generate check golden bench clean
+.PHONY: setup demo test test-fast test-install test-trl-oldest lint generate check golden bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -18,11 +19,15 @@ setup: $(PY)
 demo: setup
 	$(PY) -m examples.demo
 
+# TEST_ARGS: more pytest arguments (.ci/run: -m "not install", the install tier having run on its own just before).
 test: setup
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q $(TEST_ARGS)
 
 test-fast: setup
-	$(PY) -m pytest -q -m "not trainer"
+	$(PY) -m pytest -q -m "not trainer and not install"
+
+test-install: setup
+	$(PY) -m pytest -q -m install
 
 # The oldest TRL of the `train` extra's range, in .venv-trl-oldest: a training install, then the trainer tests.
 test-trl-oldest:

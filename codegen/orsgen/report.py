@@ -32,7 +32,8 @@ def seen_schemas(text: str, adapter: Adapter) -> dict[str, dict[str, Any]]:
     except ImportError:
         from orsgen.errors import OrsgenError
 
-        raise OrsgenError("--report needs transformers (pip install 'orsgen[train]')") from None
+        raise OrsgenError("--report needs transformers (its get_json_schema; no torch, no TRL): the report extra, "
+                          'pip install "orsgen[report]", or pip install "transformers>=5.2"') from None
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "orsgen_report_module.py"
         path.write_text(text, encoding="utf-8")
