@@ -1,5 +1,6 @@
 """A running total per session, so a result says which calls came before it on that session: `add` sleeps
-TALLY_SLEEP seconds (0.2) first, `boom` raises (the SDK ends the session), `nap` sleeps as long as it is told."""
+TALLY_SLEEP seconds (0.2) first, `boom` raises (the SDK ends the session), `nap` sleeps as long as it is told,
+`spill` answers with `n` words (a result too long for the completion: TRL rolls it back)."""
 
 import os
 import time
@@ -14,6 +15,10 @@ class AddParams(BaseModel):
 
 class NapParams(BaseModel):
     seconds: float
+
+
+class SpillParams(BaseModel):
+    n: int
 
 
 class Tally(Environment):
@@ -53,3 +58,9 @@ class Tally(Environment):
         time.sleep(params.seconds)
         self.calls += 1
         return ToolOutput(blocks=[TextBlock(text=f"napped after {self.calls} calls")])
+
+    @tool
+    def spill(self, params: SpillParams) -> ToolOutput:
+        """Answer with n words."""
+        self.calls += 1
+        return ToolOutput(blocks=[TextBlock(text=" ".join(["total"] * params.n))])
