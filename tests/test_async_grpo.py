@@ -332,7 +332,7 @@ def test_rows_without_task_index_stop_the_worker_with_one_line(faulty_async):
     assert reset["row_task"] is None and isinstance(reset["error"], RuntimeError)
 
 
-def test_async_rollout_worker_in_its_spawned_child(quiz_async, monkeypatch):
+def test_async_rollout_worker_in_its_spawned_child(quiz_async, monkeypatch, tmp_path):
     """AsyncRolloutWorker as the trainer drives it: pickled kwargs, a spawned child, samples over the mp queue,
     check_health(), stop(). The generated module is imported by name in the child (it must be importable there)."""
     import importlib
@@ -363,6 +363,8 @@ def test_async_rollout_worker_in_its_spawned_child(quiz_async, monkeypatch):
         "max_tool_calling_iterations": 2, "child_ready_timeout": 240,
     }
     before = set(server.open_sessions())
+    monkeypatch.setenv("ORSGEN_TRAJECTORIES", "")  # set below for the child; undone after the test
+    recorder = mod.Trajectories(tmp_path / "traj", run="async-run")  # in the parent, where the user writes it
     with serving(tok, script) as completions:
         worker = arw.AsyncRolloutWorker(**accepted({"dataset": train, "vllm_server_url": completions.url, **common},
                                                    arw.AsyncRolloutWorker, arw._AsyncRolloutLoop))
@@ -399,6 +401,18 @@ def test_async_rollout_worker_in_its_spawned_child(quiz_async, monkeypatch):
         while set(server.open_sessions()) - before and time.monotonic() < deadline:
             time.sleep(0.2)
         assert set(server.open_sessions()) - before == set()
+
+        # The child recorded its episodes (the parent ran none): one record per rollout it finished, in a file of
+        # its own, each with get_reward()'s reward and its tool call.
+        recorder.close()
+        assert not recorder.path.exists()
+        (file,) = (tmp_path / "traj").glob("trajectories-rank0-pid*.jsonl")
+        records = [json.loads(line) for line in file.read_text().splitlines()]
+        finished = [r for r in records if r["tool_calls"]]
+        assert len(finished) >= 12 and all(r["run"] == "async-run" for r in records)
+        for r in finished:
+            question, answer = QUESTIONS[r["task_index"]]
+            assert r["reward"] == 1.0 and r["tool_calls"][0]["arguments"] == {"answer": answer}
 
         # Rows without task_index: the child dies on the first reset; check_health() raises with the one line.
         bare = Dataset.from_dict({"prompt": [[{"role": "user", "content": "go"}]] * 2})

@@ -6,7 +6,8 @@ background, so the live prompt is compared). Evaluation: the test split's 2 task
 step's end the worker notes how many requests the server had logged, so a test can cut the server's log into steps.
 
 As a torchrun worker: `python -m torch.distributed.run --nproc_per_node 2 ... -m tests.harness.metered MODULE_PATH
-OUT_DIR URL` prints one `{"rank": ..., "log_history": [...], "marks": [...]}` line per rank.
+OUT_DIR URL [TRAJECTORIES_DIR]` prints one `{"rank": ..., "log_history": [...], "marks": [...]}` line per rank; with
+TRAJECTORIES_DIR, each rank also records its episodes there (`Trajectories`).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ def adapter_class(module: Any) -> type:
     return type("Metered", (module.Metered,), {"open_in_background": True, "start_retries": 1})
 
 
-def train(module: Any, out_dir: str, url: str, steps: int) -> tuple[Any, list[int]]:
+def train(module: Any, out_dir: str, url: str, steps: int, trajectories: str | None = None) -> tuple[Any, list[int]]:
     """(the trained trainer, the server's log length at each optimizer step's end)."""
     from transformers import TrainerCallback
 
@@ -49,7 +50,8 @@ def train(module: Any, out_dir: str, url: str, steps: int) -> tuple[Any, list[in
         env_class, out_dir, steps, threads=1, tools=tool_methods(env_class()),
         conversations=[tiny.conversation("Answer task 0", "answer", {}, "answered")], train_dataset=rows,
         eval_dataset=module.dataset(split="test"), first_turn=lambda i, prompt: tiny.call_text("answer", {}),
-        callbacks=[module.EpisodeMetrics(), Marks()], per_device_train_batch_size=2, num_generations=2,
+        callbacks=[module.EpisodeMetrics(), Marks(), *([module.Trajectories(trajectories)] if trajectories else [])],
+        per_device_train_batch_size=2, num_generations=2,
         per_device_eval_batch_size=2, eval_strategy="steps", eval_steps=2,
     )
     trainer.train()
@@ -57,15 +59,15 @@ def train(module: Any, out_dir: str, url: str, steps: int) -> tuple[Any, list[in
     return trainer, marks
 
 
-def main(module_path: str, out_dir: str, url: str) -> None:
+def main(module_path: str, out_dir: str, url: str, trajectories: str | None = None) -> None:
     from tests.harness.generation import load as load_module
 
     module = load_module(Path(module_path))
     world = int(os.environ.get("WORLD_SIZE", "1"))
-    trainer, marks = train(module, out_dir, url, steps=4 // world)
+    trainer, marks = train(module, out_dir, url, steps=4 // world, trajectories=trajectories)
     emit({"rank": int(os.environ.get("RANK", "0")), "log_history": trainer.state.log_history,
                       "marks": marks})
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:4])
+    main(*sys.argv[1:5])

@@ -17,26 +17,34 @@ from orsgen.runtime.pinned import Pinned
 from orsgen.runtime.rewards import finished_reward, outcome_reward, shaped_reward, terminal_reward, total_reward
 from orsgen.runtime.rows import bundle as bundle_dataset
 from orsgen.runtime.rows import one_type
+from orsgen.runtime.trajectories import Recorder, from_environment
 
 API = 1  # the contract between generated modules and this runtime; a module written for another API refuses to load
 
 __all__ = [
-    "API", "UNSET", "Adapter", "DriftError", "Episode", "EpisodeMetrics", "Pinned", "StartError", "ToolError",
-    "Unscored", "WrongServer", "bundle_dataset", "close_all", "episode_of", "finished_reward", "group_reward", "hooks",
+    "API", "UNSET", "Adapter", "DriftError", "Episode", "EpisodeMetrics", "Pinned", "Recorder", "StartError",
+    "ToolError", "Trajectories", "Unscored", "WrongServer", "bundle_dataset", "close_all", "episode_of", "finished_reward", "group_reward", "hooks",
     "named", "one_type", "open_sessions", "outcome_reward", "require", "shaped_reward", "terminal_reward",
     "total_reward",
 ]
 
 
 def __getattr__(name: str) -> Any:
-    """EpisodeMetrics on first use: it imports transformers (and torch), which generation never needs. Type checkers
-    see it as Any: naming its class here would have them analyse transformers and torch (30 s and more) to check any
-    generated module."""
+    """EpisodeMetrics and Trajectories on first use: they import transformers (and torch), which generation never
+    needs. Type checkers see them as Any: naming their classes here would have them analyse transformers and torch
+    (30 s and more) to check any generated module."""
     if name == "EpisodeMetrics":
         from orsgen.runtime.metrics import EpisodeMetrics
 
         return EpisodeMetrics
+    if name == "Trajectories":
+        from orsgen.runtime.recording import Trajectories
+
+        return Trajectories
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+from_environment()  # ORSGEN_TRAJECTORIES: this process records too (AsyncGRPOTrainer's worker, or set by hand)
 
 
 def require(api: int, module: str) -> None:

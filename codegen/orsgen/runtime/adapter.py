@@ -88,6 +88,25 @@ def call_tool(env: Adapter, name: str, arguments: dict[str, Any]) -> Any:
     return env._call(name, arguments)
 
 
+def secrets_of(env: Adapter) -> list[str]:
+    """The values an adapter must never let out of the process (trajectory records, uploads): its API key and the
+    secrets it sends, as strings."""
+    connection = env._connection
+    given = [value[0] if isinstance(value, tuple | list) and value else value  # (value, allowed domains)
+             for value in (connection.secrets or {}).values()]
+    values = [connection.api_key, os.environ.get("OPENREWARD_API_KEY"), *given]
+    return [str(value) for value in values if value is not None and str(value)]
+
+
+def task_spec(env: Adapter, split: str, index: int) -> Any:
+    """A task's spec: the pinned one when the module pinned its tasks, else the server's (one request; not on the
+    trainer's thread: trajectory records read it on their writer's)."""
+    spec = env.pinned.pinned_spec(split, index)
+    if spec is None:
+        spec = client.loop().run(env._environment().get_task(split, index), "reset").task_spec
+    return spec
+
+
 def open_sessions() -> int:
     """Sessions this process holds open on environment servers right now (every adapter's, and those opened
     ahead): 0 after close_all()."""

@@ -192,6 +192,7 @@ class Loop:
 
 _loop: Loop | None = None
 _loop_lock = threading.Lock()
+_before_exit: list[Callable[[], None]] = []
 _exit_hooks: list[Callable[[], list[Coroutine[Any, Any, None]]]] = []
 
 
@@ -218,7 +219,15 @@ def on_exit(hook: Callable[[], list[Coroutine[Any, Any, None]]]) -> None:
     _exit_hooks.append(hook)
 
 
+def before_exit(hook: Callable[[], None]) -> None:
+    """`hook()` runs at exit before the loop stops, on the exiting thread (what still needs the loop: a flush)."""
+    _before_exit.append(hook)
+
+
 def _at_exit(running: Loop) -> None:
+    for hook in _before_exit:
+        with contextlib.suppress(Exception):  # exiting: nothing to report to
+            hook()
     running.shutdown(lambda: [c for hook in _exit_hooks for c in hook()])
 
 

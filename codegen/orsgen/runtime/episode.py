@@ -14,7 +14,7 @@ import time
 import weakref
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from orsgen.runtime import client, hooks
+from orsgen.runtime import client, hooks, trl
 from orsgen.runtime.content import content
 from orsgen.runtime.errors import ToolError
 from orsgen.runtime.settings import DEFAULTS, Settings
@@ -135,7 +135,7 @@ class Episode(Generic[A]):
             error = self.why if self.prompt_mismatch is None else None
             hooks.emit("episode_start", hooks.EpisodeStart(self.adapter, self.split, self.task_index or 0,
                                                            self.stream, prompt, error,
-                                                           time.perf_counter() - self.began))
+                                                           time.perf_counter() - self.began, self))
 
     def called(self, name: str, arguments: dict[str, Any], began: float, result: Any,
                exc: BaseException | None) -> None:
@@ -145,7 +145,7 @@ class Episode(Generic[A]):
             reward = None if exc is not None or self.last_output is None else self.last_output.reward
             hooks.emit("tool_call", hooks.ToolCall(self.adapter, name, arguments, result,
                                                    None if exc is None else str(exc), time.perf_counter() - began,
-                                                   reward, self.stream))
+                                                   reward, self.stream, self.finished, self))
 
     def end(self, value: float | None) -> None:
         """The episode's end, once: at its first reward read, else when it is closed."""
@@ -154,9 +154,10 @@ class Episode(Generic[A]):
         self.ended = True
         if hooks.wanted("episode_end"):
             reason = self.unscored()
+            prompt, completion = trl.rollout_turns(self.adapter) or (None, None)
             hooks.emit("episode_end", hooks.EpisodeEnd(
                 self.adapter, self.split, self.task_index, self.stream, reason is None, value, self.finished,
-                reason, self.calls, self.failures))
+                reason, self.calls, self.failures, prompt, completion, time.perf_counter() - self.began, self))
 
 
 def session_opened(adapter: Any, split: str, index: int, stream: str | None) -> Any:

@@ -42,6 +42,7 @@ class EpisodeStart(Generic[A]):
     prompt: Any
     error: str | None
     seconds: float  # from reset() to the session's prompt (or to the failure)
+    episode: Any = None  # the `Episode` (one object per reset): what ties an episode's records together
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,8 @@ class ToolCall(Generic[A]):
     seconds: float
     reward: float | None  # what the tool returned as reward (None: none, or the call failed)
     stream: str | None = None  # "train" or "eval" inside a GRPOTrainer batch, else None
+    finished: bool = False  # the episode was finished after this call (a tool said so, or the session ended)
+    episode: Any = None
 
 
 @dataclass(frozen=True)
@@ -88,6 +91,12 @@ class EpisodeEnd(Generic[A]):
     reason: str | None
     calls: int
     failures: int
+    # The rollout's turns as GRPOTrainer passed them to its reward functions (`prompts[i]`, `completions[i]`), when
+    # the reward was read there; else None (closed unread, or read outside TRL's reward computation).
+    prompt: Any = None
+    completion: Any = None
+    seconds: float = 0.0  # from reset() to this end
+    episode: Any = None
 
 
 Listener = Callable[[Any], None]

@@ -54,6 +54,9 @@ What is assumed (TRL 1.13 to 1.16, read from their code and tested against the o
   TRL's appended to `reward_funcs`, which calls it environment by environment, in batch order. Once the last
   function has read the batch's last environment, and nothing async is left, `_generate_and_score_completions`
   does not touch the batch's environments again: the next use is the next batch's resets.
+- A rollout's turns (`rollout_turns`, for trajectory records): `_calculate_rewards(inputs, prompts, completions, ...)`
+  holds the batch's prompts (each with what its `reset()` returned appended to the last message) and completions (the
+  model's turns and the tool turns TRL's loop appended), parallel to `environments`; the same locals in 1.13-1.16.
 """
 
 from __future__ import annotations
@@ -482,23 +485,28 @@ def tool_turn(adapter: Any) -> Turn | str | None:
     return Turn((id(calls), number), calls, later)
 
 
-def rewards_read(adapter: Any) -> list[Any] | None:
-    """The batch's environments when this `get_reward()` of `adapter` is the last use TRL's reward computation makes
-    of them (see the docstring); None anywhere else, or when a subclass overrides where it is made."""
+def _rewards_frame(frame: Any, depth: int) -> tuple[Any, dict[str, Any]] | None:
+    """GRPOTrainer's class and the locals of its `_calculate_rewards` frame, at most `depth` frames above `frame`."""
     grpo = sys.modules.get("trl.trainer.grpo_trainer")
     cls = getattr(grpo, "GRPOTrainer", None)
     method = getattr(cls, "_calculate_rewards", None)
     code = getattr(getattr(method, "__wrapped__", method), "__code__", None)  # under TRL's profiling decorator
-    frame: Any = sys._getframe(1)
-    for _ in range(8):  # get_reward (a generated override too), TRL's wrapper and its comprehension
+    for _ in range(depth):
         if frame is None or code is None:
             return None
         if frame.f_code is code:
-            break
+            return cls, frame.f_locals
         frame = frame.f_back
-    else:
+    return None
+
+
+def rewards_read(adapter: Any) -> list[Any] | None:
+    """The batch's environments when this `get_reward()` of `adapter` is the last use TRL's reward computation makes
+    of them (see the docstring); None anywhere else, or when a subclass overrides where it is made."""
+    found = _rewards_frame(sys._getframe(1), 8)  # get_reward (a generated override too), TRL's wrapper, its listcomp
+    if found is None:
         return None
-    local = frame.f_locals
+    cls, local = found
     trainer, environments = local.get("self"), local.get("reward_kwargs", {}).get("environments")
     if any(getattr(type(trainer), name, None) is not getattr(cls, name)
            for name in ("_calculate_rewards", "_generate_and_score_completions")):
@@ -507,6 +515,24 @@ def rewards_read(adapter: Any) -> list[Any] | None:
         return None
     last = local.get("i") == len(getattr(trainer, "reward_funcs", ())) - 1
     return environments if last and isinstance(environments, list) and environments and environments[-1] is adapter else None
+
+
+def rollout_turns(adapter: Any) -> tuple[Any, Any] | None:
+    """`adapter`'s rollout as GRPOTrainer passes it to reward functions (`prompts[i]`, `completions[i]`, `i` its
+    place in `environments`), when a reward function of `_calculate_rewards` (get_reward, or one of the runtime's)
+    reads it on this thread; None anywhere else."""
+    found = _rewards_frame(sys._getframe(1), 16)
+    if found is None:
+        return None
+    local = found[1]
+    environments, prompts, completions = (local.get("reward_kwargs", {}).get("environments"), local.get("prompts"),
+                                          local.get("completions"))
+    if not isinstance(environments, list) or not isinstance(prompts, list) or not isinstance(completions, list):
+        return None
+    at = next((i for i, env in enumerate(environments) if env is adapter), None)
+    if at is None or at >= len(prompts) or at >= len(completions):
+        return None
+    return prompts[at], completions[at]
 
 
 def _in_trl(frame: Any) -> bool:

@@ -7,14 +7,14 @@
 Usage::
 
     from trl import GRPOConfig, GRPOTrainer
-    from expected import Echo, EpisodeMetrics, close_all, dataset
+    from expected import Echo, EpisodeMetrics, Trajectories, close_all, dataset
 
     trainer = GRPOTrainer(
         model=...,
         args=GRPOConfig(max_tool_calling_iterations=10),
         train_dataset=dataset(num_tasks=64),  # prompt: an empty user message, completed by reset()
         environment_factory=Echo,  # the reward comes from Echo.get_reward()
-        callbacks=[EpisodeMetrics()],  # orsgen/... figures (coverage, start failures, latency) in the logs
+        callbacks=[EpisodeMetrics(), Trajectories("trajectories")],  # orsgen/... figures; one JSON line per episode
     )
     trainer.train()
     close_all()  # GRPOTrainer never closes its environments
@@ -45,9 +45,10 @@ shaped_reward = runtime.shaped_reward
 
 
 def __getattr__(name: str) -> Any:
-    """``EpisodeMetrics``, the runtime's TrainerCallback, imported on first use: it needs transformers."""
-    if name == "EpisodeMetrics":
-        return runtime.EpisodeMetrics
+    """``EpisodeMetrics`` and ``Trajectories``, the runtime's TrainerCallbacks, imported on first use: they need
+    transformers."""
+    if name in ("EpisodeMetrics", "Trajectories"):
+        return getattr(runtime, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

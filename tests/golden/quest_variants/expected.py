@@ -7,14 +7,14 @@
 Usage::
 
     from trl import GRPOConfig, GRPOTrainer
-    from expected import ENVIRONMENTS, EpisodeMetrics, close_all, dataset
+    from expected import ENVIRONMENTS, EpisodeMetrics, Trajectories, close_all, dataset
 
     trainer = GRPOTrainer(
         model=...,
         args=GRPOConfig(max_tool_calling_iterations=10),
         train_dataset=dataset(num_tasks=64),  # its `environment` column names each task's class
         environment_factory=ENVIRONMENTS,  # each task gets exactly its tools; rewards from get_reward()
-        callbacks=[EpisodeMetrics()],  # orsgen/... figures (coverage, start failures, latency) in the logs
+        callbacks=[EpisodeMetrics(), Trajectories("trajectories")],  # orsgen/... figures; one JSON line per episode
     )
     trainer.train()
     close_all()  # GRPOTrainer never closes its environments
@@ -47,9 +47,10 @@ shaped_reward = runtime.shaped_reward
 
 
 def __getattr__(name: str) -> Any:
-    """``EpisodeMetrics``, the runtime's TrainerCallback, imported on first use: it needs transformers."""
-    if name == "EpisodeMetrics":
-        return runtime.EpisodeMetrics
+    """``EpisodeMetrics`` and ``Trajectories``, the runtime's TrainerCallbacks, imported on first use: they need
+    transformers."""
+    if name in ("EpisodeMetrics", "Trajectories"):
+        return getattr(runtime, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

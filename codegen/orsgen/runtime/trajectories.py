@@ -1,0 +1,410 @@
+"""Trajectory records: one JSON object per ended episode (the schema below, `SCHEMA`), appended as a line to a JSONL
+file per process, off the trainer's thread. The training callback (`Trajectories`, recording.py) and the evaluation
+command write the same records; `build` is the one place a record is made.
+
+A record (schema "orsgen.trajectory/1"; docs/reference.md, "Trajectory records", has the table):
+
+    schema, run, step, rank, stream, environment, adapter, split, task_index, task_spec, session,
+    prompt, completion, tool_calls[{name, arguments, result, error, seconds, reward, finished, cut}],
+    reward, scored, unscored_reason, finished, start_error, seconds{reset, tools, episode}, ended_at
+
+What a record holds is redacted before it leaves the process: every API key and secret value an adapter sends is
+replaced by "[secret]", wherever it appears (a tool that echoes its environment included). A tool result longer than
+`max_result_chars` keeps its head and tail around a marker that says how much was cut; `cut` counts it.
+
+The writer never raises into training and never blocks it: records wait in a bounded queue (a full queue drops the
+record and counts it), the file is opened for appending, each batch of whole lines goes in one write, and a line
+left cut by a killed process is removed when the file is next opened, so every line of the file is a record.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import datetime
+import functools
+import json
+import logging
+import os
+import queue
+import threading
+import weakref
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from orsgen.runtime import client, hooks
+
+log = logging.getLogger("orsgen")
+
+SCHEMA = "orsgen.trajectory/1"
+VARIABLE = "ORSGEN_TRAJECTORIES"  # a directory (or the JSON a `Recorder` writes): every process records there
+MAX_RESULT_CHARS = 20_000
+MAX_QUEUED = 1_000  # records waiting for the writer; more are dropped (and counted), never held
+SECRET = "[secret]"
+
+
+def cut(text: str, limit: int | None) -> tuple[str, int]:
+    """`text` within `limit` characters around a marker that says what was cut, and how many were."""
+    if limit is None or len(text) <= limit:
+        return text, 0
+    dropped = len(text) - limit
+    head = limit - limit // 2
+    marker = f"\n[orsgen: {dropped} of {len(text)} characters cut from this tool result]\n"
+    return text[:head] + marker + text[len(text) - limit // 2:], dropped
+
+
+def _plain(value: Any) -> Any:
+    """What JSON cannot hold, as a short description (images are described, not embedded)."""
+    size = getattr(value, "size", None)
+    if hasattr(value, "mode") and isinstance(size, tuple):  # a PIL image
+        return f"[image {size[0]}x{size[1]}]"
+    if isinstance(value, bytes | bytearray):
+        return f"[{len(value)} bytes]"
+    return repr(value)
+
+
+def _cut_result(value: Any, limit: int | None) -> tuple[Any, int]:
+    if isinstance(value, str):
+        return cut(value, limit)
+    if isinstance(value, list):  # content parts: each text part capped
+        parts, total = [], 0
+        for part in value:
+            if isinstance(part, dict) and isinstance(part.get("text"), str):
+                text, n = cut(part["text"], limit)
+                part, total = {**part, "text": text}, total + n
+            parts.append(part)
+        return parts, total
+    return value, 0
+
+
+def _turns(turns: Any, limit: int | None) -> Any:
+    """TRL's turns with the content of its tool turns capped as tool results are."""
+    if not isinstance(turns, list):
+        return turns
+    return [{**turn, "content": _cut_result(turn.get("content"), limit)[0]}
+            if isinstance(turn, dict) and turn.get("role") == "tool" else turn for turn in turns]
+
+
+def _redact(value: Any, secrets: Iterable[str]) -> Any:
+    if isinstance(value, str):
+        for secret in secrets:
+            value = value.replace(secret, SECRET)
+        return value
+    if isinstance(value, dict):
+        return {_redact(str(k), secrets): _redact(v, secrets) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_redact(v, secrets) for v in value]
+    if value is None or isinstance(value, bool | int | float):
+        return value
+    return _redact(_plain(value), secrets)
+
+
+def build(start: hooks.EpisodeStart[Any] | None, calls: list[hooks.ToolCall[Any]], end: hooks.EpisodeEnd[Any], *,
+          run: str | None = None, step: int | None = None, rank: int = 0, environment: str | None = None,
+          task_spec: Any = None, session: str | None = None, prompt: Any = None, completion: Any = None,
+          secrets: Iterable[str] = (), max_result_chars: int | None = MAX_RESULT_CHARS,
+          ended_at: float | None = None) -> dict[str, Any]:
+    """One episode's record from its hook records (`prompt`/`completion`: the turns, when not the end's own).
+    Secrets are replaced first, so a cut never leaves part of one."""
+    stamp = datetime.datetime.now(datetime.UTC) if ended_at is None else datetime.datetime.fromtimestamp(
+        ended_at, datetime.UTC)
+    record = {
+        "schema": SCHEMA, "run": run, "step": step, "rank": rank, "stream": end.stream, "environment": environment,
+        "adapter": type(end.adapter).__name__, "split": end.split, "task_index": end.task_index,
+        "task_spec": task_spec, "session": session,
+        "prompt": end.prompt if prompt is None else prompt,
+        "completion": end.completion if completion is None else completion,
+        "tool_calls": [{"name": call.name, "arguments": call.arguments, "result": call.result, "error": call.error,
+                        "seconds": round(call.seconds, 6), "reward": call.reward, "finished": call.finished, "cut": 0}
+                       for call in calls],
+        "reward": end.reward, "scored": end.scored, "unscored_reason": end.reason, "finished": end.finished,
+        "start_error": None if start is None else start.error,
+        "seconds": {"reset": None if start is None else round(start.seconds, 6),
+                    "tools": round(sum(call.seconds for call in calls), 6), "episode": round(end.seconds, 6)},
+        "ended_at": stamp.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+    }
+    record = _redact(record, sorted({s for s in secrets if len(s) >= 4}, key=len, reverse=True))
+    for call in record["tool_calls"]:
+        call["result"], call["cut"] = _cut_result(call["result"], max_result_chars)
+    record["prompt"] = _turns(record["prompt"], max_result_chars)
+    record["completion"] = _turns(record["completion"], max_result_chars)
+    return record  # type: ignore[no-any-return]
+
+
+class Sink:
+    """One JSONL file, appended to in whole lines by one thread; a line a killed process left cut is removed first."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fd: int | None = None
+
+    def write(self, lines: list[str]) -> None:
+        if self._fd is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+            self._repair(self._fd)
+        data = "".join(line + "\n" for line in lines).encode()
+        before = os.lseek(self._fd, 0, os.SEEK_END)
+        try:
+            while data:
+                data = data[os.write(self._fd, data):]
+        except OSError:  # a full disk takes part of a write: the whole lines before it stay, nothing of the rest
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, before)
+            raise
+
+    def _repair(self, fd: int) -> None:
+        size = os.lseek(fd, 0, os.SEEK_END)
+        if size == 0:
+            return
+        at, tail = size, b""
+        while at > 0 and b"\n" not in tail:
+            at = max(0, at - 65536)
+            tail = os.pread(fd, size - at, at)
+        keep = at + tail.rfind(b"\n") + 1 if b"\n" in tail else 0
+        if keep != size:
+            log.warning("orsgen: %s ended in a cut line (a process killed mid-write): removed it", self.path)
+            os.ftruncate(fd, keep)
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+class Recorder:
+    """Records every episode this process runs as a line of `directory`/trajectories-rank{R}.jsonl (R: this
+    process's rank; a process other than the one that made the recorder adds its pid, so processes never share a
+    file). `attach` tells it the run, step and rank of a trainer; `upload` also sends each record to the OpenReward
+    runs page (upload.py). Listens on the hooks until `close()`."""
+
+    def __init__(self, directory: str | os.PathLike[str], *, max_result_chars: int | None = MAX_RESULT_CHARS,
+                 upload: bool = False, run: str | None = None, max_queued: int = MAX_QUEUED,
+                 owner: int | None = None) -> None:
+        if max_result_chars is not None and max_result_chars < 200:
+            raise ValueError(f"Trajectories(max_result_chars={max_result_chars!r}): at least 200, or None for no cap")
+        self.directory = Path(directory).resolve()
+        self.max_result_chars, self.upload, self.run = max_result_chars, upload, run
+        self._owner = os.getpid() if owner is None else owner
+        self._rank: Callable[[], int] = _env_rank
+        self._step: Callable[[], int | None] = lambda: None
+        self._run_info: dict[str, Any] = {}
+        self._open: dict[Any, tuple[hooks.EpisodeStart[Any] | None, list[hooks.ToolCall[Any]]]] = {}
+        self._lock = threading.Lock()
+        self._queue: queue.Queue[Any] = queue.Queue(max_queued)
+        self._thread: threading.Thread | None = None
+        self._sink: Sink | None = None
+        self._uploader: Any = None
+        self._specs: dict[tuple[str, str, int], Any] = {}
+        self.written = self.dropped = 0
+        self.closed = False
+        me = weakref.ref(self)  # the hooks must not keep a finished run's recorder alive
+
+        def listen(event: hooks.Event) -> None:
+            def listener(record: Any) -> None:
+                recorder = me()
+                if recorder is None or recorder.closed:
+                    hooks.remove(event, listener)
+                else:
+                    recorder._seen(event, record)
+
+            hooks.add(event, listener)
+
+        for event in ("episode_start", "tool_call", "episode_end"):
+            listen(event)
+        # At exit: written while the runtime's loop still runs (a record's task spec may need a request), then closed.
+        client.before_exit(functools.partial(_flush_at_exit, me, close=False))
+        atexit.register(_flush_at_exit, me)
+
+    @property
+    def path(self) -> Path:
+        """The file this process writes."""
+        rank = self._rank()
+        mine = os.getpid() == self._owner
+        return self.directory / (f"trajectories-rank{rank}.jsonl" if mine else
+                                 f"trajectories-rank{rank}-pid{os.getpid()}.jsonl")
+
+    def attach(self, *, run: str | None, step: Callable[[], int | None], rank: Callable[[], int],
+               run_info: dict[str, Any]) -> None:
+        """A trainer's run name, step, rank and (for the upload) RunInfo fields."""
+        self.run = self.run or run
+        self._step, self._rank, self._run_info = step, rank, run_info
+
+    # -- the hooks (the thread that did the work: quick) ---------------------------------------------------------
+
+    def _seen(self, event: str, record: Any) -> None:
+        key = record.episode if record.episode is not None else record.adapter
+        with self._lock:
+            if event == "episode_start":
+                self._open[key] = (record, [])
+            elif event == "tool_call":
+                self._open.setdefault(key, (None, []))[1].append(record)
+            else:
+                start, calls = self._open.pop(key, (None, []))
+        if event != "episode_end":
+            return
+        from orsgen.runtime.adapter import secrets_of
+
+        session = getattr(getattr(record.episode, "session", None), "sid", None)  # still open at its end
+        self._put((start, calls, record, self._step(), session, secrets_of(record.adapter),
+                   datetime.datetime.now(datetime.UTC).timestamp()))
+
+    def _put(self, item: Any) -> None:
+        if self._thread is None:
+            with self._lock:
+                if self._thread is None:
+                    self._thread = threading.Thread(target=self._work, name="orsgen-trajectories", daemon=True)
+                    self._thread.start()
+        try:
+            self._queue.put_nowait(item)
+        except queue.Full:
+            self.dropped += 1
+            client.once("trajectories-full", logging.WARNING, "orsgen: trajectory records come faster than %s takes "
+                        "them: dropping (counted in Recorder.dropped)", self.directory)
+
+    # -- the writer's thread -------------------------------------------------------------------------------------
+
+    def _work(self) -> None:
+        while True:
+            items = [self._queue.get()]
+            while len(items) < 256:
+                try:
+                    items.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            records, flushed, stop = [], [], False
+            for item in items:
+                if isinstance(item, threading.Event):
+                    flushed.append(item)
+                elif item is None:
+                    stop = True
+                else:
+                    built = self._built(item)
+                    if built is not None:
+                        records.append(built)
+            self._write(records)
+            for done in flushed:
+                done.set()
+            if stop:
+                if self._sink is not None:
+                    self._sink.close()
+                return
+
+    def _built(self, item: Any) -> dict[str, Any] | None:
+        start, calls, end, step, session, secrets, ended_at = item
+        try:
+            adapter = end.adapter
+            pinned = getattr(adapter, "pinned", None)
+            environment = None if pinned is None else (pinned.env or pinned.deployment)
+            return build(start, calls, end, run=self.run, step=step, rank=self._rank(), environment=environment,
+                         task_spec=self._spec(adapter, end), session=session, secrets=secrets,
+                         max_result_chars=self.max_result_chars, ended_at=ended_at)
+        except Exception:
+            self.dropped += 1
+            log.warning("orsgen: a trajectory record could not be built (dropped)", exc_info=True)
+            return None
+
+    def _spec(self, adapter: Any, end: hooks.EpisodeEnd[Any]) -> Any:
+        if end.task_index is None:
+            return None
+        key = (type(adapter).__module__, end.split, end.task_index)
+        if key not in self._specs:
+            from orsgen.runtime.adapter import task_spec
+
+            if adapter.pinned.pinned_spec(end.split, end.task_index) is None and client.running() is None:
+                return None  # the runtime's loop has stopped (exit): no request can be made
+
+            try:
+                self._specs[key] = task_spec(adapter, end.split, end.task_index)
+            except Exception:  # noqa: BLE001 - the task's spec is not essential to its record
+                self._specs[key] = None
+        return self._specs[key]
+
+    def _write(self, records: list[dict[str, Any]]) -> None:
+        if not records:
+            return
+        try:
+            if self._sink is None:
+                self._sink = Sink(self.path)
+            self._sink.write([json.dumps(r, ensure_ascii=False, default=_plain) for r in records])
+            self.written += len(records)
+        except OSError as exc:
+            self.dropped += len(records)
+            client.once(f"trajectories-write-{self.directory}", logging.WARNING,
+                        "orsgen: trajectory records are not being written to %s: %s (dropped, counted in "
+                        "Recorder.dropped; training goes on)", self.path, exc.strerror or exc)
+        if self.upload:
+            self._send(records)
+
+    def _send(self, records: list[dict[str, Any]]) -> None:
+        if self._uploader is None:
+            from orsgen.runtime.upload import Uploader
+
+            self._uploader = Uploader(run_name=self.run or "orsgen", run_info=self._run_info)
+        for record in records:
+            self._uploader.put(record)
+
+    # -- flushing and closing (any thread) -----------------------------------------------------------------------
+
+    def flush(self, timeout: float = 10.0) -> bool:
+        """Wait (at most `timeout`) until every record so far is written; whether it was."""
+        if self._thread is None or not self._thread.is_alive():
+            return True
+        done = threading.Event()
+        try:
+            self._queue.put(done, timeout=timeout)
+        except queue.Full:
+            return False
+        return done.wait(timeout)
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Write what is queued, stop listening, close the file (and the upload, waiting at most `timeout`)."""
+        if self.closed:
+            return
+        self.flush(timeout)
+        self.closed = True
+        if self._thread is not None and self._thread.is_alive():
+            self._queue.put(None)
+            self._thread.join(timeout)
+        elif self._sink is not None:
+            self._sink.close()
+        if self._uploader is not None:
+            self._uploader.close(timeout=timeout)
+
+    def variable(self) -> str:
+        """What `ORSGEN_TRAJECTORIES` holds so that a process this one starts (AsyncGRPOTrainer's rollout worker)
+        records into the same directory with the same settings."""
+        return json.dumps({"dir": str(self.directory), "max_result_chars": self.max_result_chars,
+                           "upload": self.upload, "run": self.run, "owner": self._owner})
+
+
+def _env_rank() -> int:
+    try:
+        return int(os.environ.get("RANK", "0"))
+    except ValueError:
+        return 0
+
+
+def _flush_at_exit(ref: weakref.ref[Recorder], close: bool = True) -> None:
+    recorder = ref()
+    if recorder is not None and not recorder.closed:
+        recorder.close(timeout=5.0) if close else recorder.flush(timeout=5.0)
+
+
+_from_environment: Recorder | None = None
+
+
+def from_environment() -> Recorder | None:
+    """The recorder `ORSGEN_TRAJECTORIES` asks for in this process (made once; None when it is unset)."""
+    global _from_environment
+    value = os.environ.get(VARIABLE, "").strip()
+    if not value or _from_environment is not None:
+        return _from_environment
+    try:
+        given: dict[str, Any] = json.loads(value) if value.startswith("{") else {"dir": value}
+        _from_environment = Recorder(given["dir"], max_result_chars=given.get("max_result_chars", MAX_RESULT_CHARS),
+                                     upload=bool(given.get("upload")), run=given.get("run"), owner=given.get("owner"))
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"{VARIABLE}={value!r}: a directory to write trajectory records to ({exc})") from None
+    return _from_environment
