@@ -290,11 +290,11 @@ GRPO_SMALL_GROUP = 2  # a second pass with smaller groups (4 of 2 per step): ope
 
 def grpo_rows(group: int) -> tuple[str, str, str, str]:
     """The row names of a GRPO pass: open-ahead on (orsgen's default), off (the runtime before it), on with the
-    EpisodeMetrics callback (its cost: the row next to the first), and with group_reward in reward_funcs (one
+    EpisodeMetrics and Trajectories callbacks (their cost: the row next to the first), and with group_reward in reward_funcs (one
     score_group request per group; its time is the reward's, not the environment calls')."""
     size = "" if group == GRPO_GROUP else f", groups of {group}"
     row = f"GRPO step ({GRPO_BATCH} rollouts{size}): environment time"
-    return row, row + ", orsgen open-ahead off", row + ", orsgen with EpisodeMetrics", row + ", orsgen with group_reward"
+    return row, row + ", orsgen open-ahead off", row + ", orsgen with EpisodeMetrics and Trajectories", row + ", orsgen with group_reward"
 
 
 class EnvClock:
@@ -461,7 +461,7 @@ class GrpoRun:
 def run_orsgen(run: GrpoRun, adapter_path: Path, open_ahead: bool | str, settle_s: float,
                owned: bool = False, metrics: bool = False, group_reward: bool = False) -> dict[str, Any]:
     """One training with orsgen's adapter: `open_ahead` as ORSGEN_OPEN_AHEAD (True, False, "next-step"); `owned`:
-    no train_dataset, the environment owns the data; `metrics`: with the EpisodeMetrics callback; `group_reward`:
+    no train_dataset, the environment owns the data; `metrics`: with the EpisodeMetrics and Trajectories callbacks; `group_reward`:
     the module's group_reward in reward_funcs."""
     module = load_module(adapter_path)  # a fresh copy per run, as a new training process would import it
     ahead = module.PINNED.ahead
@@ -473,7 +473,7 @@ def run_orsgen(run: GrpoRun, adapter_path: Path, open_ahead: bool | str, settle_
                          lambda: {"opened": ahead.opened, "taken": ahead.taken, "unused": ahead.unused,
                                   "calls": _calls_started()},
                          lambda trainer: module.close_all(), settle_s,
-                         (module.EpisodeMetrics(),) if metrics else ())
+                         (module.EpisodeMetrics(), module.Trajectories(run.workdir / "trajectories")) if metrics else ())
     finally:
         if saved is None:
             os.environ.pop("ORSGEN_OPEN_AHEAD", None)
@@ -498,9 +498,9 @@ def run_trl(run: GrpoRun, url: str, settle_s: float) -> dict[str, Any]:
             spec._sdk_client.close()
 
 
-# (side, open_ahead or None for TRL, EpisodeMetrics on, group_reward in reward_funcs)
+# (side, open_ahead or None for TRL, EpisodeMetrics and Trajectories on, group_reward in reward_funcs)
 GRPO_SIDES = (("orsgen", True, False, False), ("orsgen, open-ahead off", False, False, False), ("TRL", None, False, False),
-              ("orsgen, EpisodeMetrics", True, True, False), ("orsgen, group_reward", True, False, True))
+              ("orsgen, EpisodeMetrics + Trajectories", True, True, False), ("orsgen, group_reward", True, False, True))
 
 
 def bench_grpo(rec: Recorder, server: BenchServer, url: str, adapter_path: Path, tokenizer: Any, workdir: Path,

@@ -47,6 +47,7 @@ def main(argv: list[str] | None = None) -> int:
         tok = tiny.tokenizer(conversations, tools)
         lm = tiny.model(tok)
         tiny.warm_up(lm, tok, conversations, tools, args.warmup_steps)
+        trajectories = echo.Trajectories(out / "trajectories")  # one JSON line per episode: what the model did
         trainer = GRPOTrainer(
             model=lm,
             processing_class=tok,
@@ -54,15 +55,19 @@ def main(argv: list[str] | None = None) -> int:
                                   max_tool_calling_iterations=MAX_TOOL_CALLING_ITERATIONS),
             train_dataset=train,
             environment_factory=Echo,  # the adapter class is the factory; rewards come from get_reward()
-            callbacks=[echo.EpisodeMetrics()],  # orsgen/... figures in log_history: scored fraction, latency, ...
+            callbacks=[echo.EpisodeMetrics(), trajectories],  # orsgen/... figures in log_history; the records
         )
         trainer.train()
         echo.close_all()  # GRPOTrainer never closes its environments
+        trajectories.close()
     logged = [entry for entry in trainer.state.log_history if "reward" in entry]
     for entry in logged:
         print(f"step {entry['step']}: reward mean {entry['reward']:.3f}, std {entry.get('reward_std', 0.0):.3f}, "
               f"tool calls per rollout {entry.get('tools/call_frequency', 0.0):.2f}")
-    return 0 if len(logged) == args.steps else 1
+    records = trajectories.path.read_text().count("\n")
+    print(f"{records} episode records in {trajectories.path}: jq -c '{{task_index, reward, calls: "
+          f"[.tool_calls[].name]}}' {trajectories.path}")
+    return 0 if len(logged) == args.steps and records else 1
 
 
 if __name__ == "__main__":

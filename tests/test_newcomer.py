@@ -33,7 +33,7 @@ def test_check_does_not_follow_the_spelling_of_the_path(echo_server, tmp_path, m
     assert in_process(echo_server.url, "-o", str(root / "gen" / "echo.py")).returncode == 0  # absolute
     text = (root / "gen" / "echo.py").read_text()
     assert text.splitlines()[1] == f"#   orsgen {echo_server.url} -o gen/echo.py"  # relative to the project root
-    assert "    from gen.echo import Echo, EpisodeMetrics, close_all, dataset\n" in text
+    assert "    from gen.echo import Echo, EpisodeMetrics, Trajectories, close_all, dataset\n" in text
     for spelling in ("gen/echo.py", "./gen/../gen/echo.py", str(root / "gen" / "echo.py")):
         result = in_process("--check", echo_server.url, "-o", spelling)
         assert result.returncode == 0, result
@@ -57,7 +57,7 @@ def test_check_without_a_project_is_relative_to_the_current_folder(tmp_path, mon
     assert in_process(str(ECHO_TOOLS), "--env", "echo", "-o", "gen/echo.py").returncode == 0
     checked = in_process("--check", str(ECHO_TOOLS), "--env", "echo", "-o", str(tmp_path / "gen" / "echo.py"))
     assert checked.returncode == 0
-    assert "    from gen.echo import Echo, EpisodeMetrics, close_all, dataset\n" in (tmp_path / "gen" / "echo.py").read_text()
+    assert "    from gen.echo import Echo, EpisodeMetrics, Trajectories, close_all, dataset\n" in (tmp_path / "gen" / "echo.py").read_text()
 
 
 def test_offline_hook_passes_with_the_server_down(tmp_path, monkeypatch):
