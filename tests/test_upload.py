@@ -177,6 +177,60 @@ def test_a_record_that_is_not_json_is_sent_as_text_and_one_that_cannot_be_read_i
     assert rollouts[0]["updates"][0]["rollout_info"] == {"task_index": 3, "current_step": 2}
 
 
+def test_flush_waits_for_what_was_put_and_leaves_the_uploader_open(monkeypatch):
+    with standin() as server:
+        monkeypatch.setenv("OPENREWARD_API_URL", server.url)
+        up = Uploader(run_name="run-30", run_info=RUN_INFO)
+        for n in range(3):
+            up.put(record(task_index=n))
+        assert up.flush(timeout=30) is True
+        assert up.sent == 3
+        up.put(record(task_index=3))
+        up.close(timeout=30)
+        assert sorted(r["metadata"]["task_index"] for r in server.rollouts()) == [0, 1, 2, 3]
+    assert (up.sent, up.dropped, up.failed) == (4, 0, 0)
+
+
+EXIT = r"""
+import atexit, os, sys, time
+from orsgen.runtime.upload import Uploader
+from tests.test_upload import record
+
+def late():  # registered first, so run last: as a recorder made before the upload closes it at exit
+    began = time.perf_counter()
+    up.close(timeout=10)
+    print("LATE " + f"{time.perf_counter() - began:.3f} {up.sent} {up.dropped} {up.failed}", flush=True)
+
+atexit.register(late)
+up = Uploader(run_name="run-30", run_info={"model_name": "tiny"})
+up.put(record(task_index=0))
+while up.sent == 0:
+    time.sleep(0.05)
+for n in range(1, 6):
+    up.put(record(task_index=n))
+"""
+
+
+def test_at_exit_what_is_queued_is_sent_and_a_later_close_does_not_wait():
+    """The SDK's own exit hook stops its loop (a start sent after it would wait for ever): the uploader's hook runs
+    before it, and a close() after both returns at once."""
+    with standin() as server:
+        env = {**os.environ, "OPENREWARD_API_URL": server.url,
+               "PYTHONPATH": os.pathsep.join([str(ROOT / "codegen"), str(ROOT)])}
+        began = time.monotonic()
+        done = subprocess.run([sys.executable, "-c", EXIT], capture_output=True, text=True, env=env, cwd=ROOT,
+                              timeout=120, check=False)
+        wall = time.monotonic() - began
+        starts = sorted(r["metadata"]["task_index"] for r in server.rollouts())
+    assert done.returncode == 0, done.stderr
+    seconds, sent, dropped, failed = done.stdout.split("LATE ")[1].split()
+    assert (int(sent), int(dropped), int(failed)) == (6, 0, 0)
+    assert float(seconds) < 0.5
+    assert starts == [0, 1, 2, 3, 4, 5]
+    assert wall < 30
+    assert "Task was destroyed" not in done.stderr and "never awaited" not in done.stderr, done.stderr
+
+
 # -- in a fresh interpreter: the failures, the canary -------------------------------------------------------------
 
 SCRIPT = r"""
@@ -261,6 +315,6 @@ def test_the_api_key_goes_in_its_header_and_nowhere_else():
     assert all(CANARY not in s["text"] and CANARY not in s["path"] for s in result["seen"])
     assert all(CANARY not in v for s in result["seen"] for k, v in s["headers"].items() if k != "x-api-key")
     events = [e for s in posts for e in json.loads(s["text"])["events"]]
-    assert [e["task_spec"] for e in events if e["eventType"] == "rollout"] == [{"token": "[api key]"}] * 100
-    assert [e["content"] for e in events if e.get("type") == "tool_result"] == ["key [api key]"] * 100
+    assert [e["task_spec"] for e in events if e["eventType"] == "rollout"] == [{"token": "[secret]"}] * 100
+    assert [e["content"] for e in events if e.get("type") == "tool_result"] == ["key [secret]"] * 100
     assert CANARY not in stdout + stderr

@@ -11,11 +11,19 @@ A failing server never reaches the trainer. A start that fails (refused, unreach
 retries) is counted in `failed` and logged once on the `orsgen` logger; the next episodes wait in the queue for a
 pause (15 s, doubling to 5 min) and one episode then tries again, so a dead server costs one try per pause, not one
 per episode. `close(timeout)` tries once more at once and sends what is queued, at most `timeout` seconds (a failed
-try: what waits is counted failed), then counts what is left as dropped.
+try: what waits is counted failed), then counts what is left as dropped; `flush(timeout)` waits the same way and
+leaves the uploader open. `sent` counts the starts the server took: the SDK sends the messages later and reports no
+failure of theirs.
+
+Close the uploader before the interpreter exits. At exit the SDK's own hook stops its loop (a start sent after it
+would wait for ever) and aiohttp can no longer resolve a host name; the uploader's exit hook, registered after the
+SDK's so run before it, sends what is queued (at most 5 s) and closes, so a `close()` after it returns at once.
+The API key, should some record's text hold it, is sent as "[secret]".
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import dataclasses
 import json
@@ -32,6 +40,7 @@ SENDERS = 4  # episodes started at once: each start is one or two blocking round
 PAUSE = 15.0  # seconds to wait after a failed start before the next try; doubles up to PAUSE_MAX
 PAUSE_MAX = 300.0
 MAX_QUEUED = 1000
+EXIT_TIMEOUT = 5.0  # close() at interpreter exit, if nobody closed the uploader before
 DEFAULTS = {"framework": "trl", "rl_algorithm": "grpo"}
 
 _serial = iter(range(1, 1 << 62))
@@ -49,14 +58,16 @@ class Uploader:
         self.run_info = {**DEFAULTS, **(run_info or {})}
         self.max_queued = max_queued
         self.sent = 0  # the server took the episode's start; its messages went to the SDK's send loop
-        self.dropped = 0  # never tried: the queue was full, the uploader closed, or close() ran out of time
-        self.failed = 0  # tried and refused, unreachable, or not convertible
+        self.dropped = 0  # never tried: the queue was full, put after close(), or close() ran out of time
+        self.failed = 0  # its start refused or unreachable (or waiting when close() found the server failing), or
+        # the record could not be read
         self.where: str | None = None  # the API's URL, once the SDK has read it
         self._key = f"upload {next(_serial)}"  # client.once: one warning per uploader
         self._cond = threading.Condition()
         self._queue: deque[dict[str, Any]] = deque()
         self._threads: list[threading.Thread] = []
         self._api: Any = None  # the SDK's RolloutAPI, made by the first sender
+        self._connecting = threading.Lock()
         self._broken: str | None = None  # why no RolloutAPI could be made
         self._api_key = ""
         self._healthy = False  # a start went through since the last failure: every sender may send
@@ -86,6 +97,19 @@ class Uploader:
             if full:
                 self._warn("orsgen: the upload queue is full (%d episodes waiting for the OpenReward runs page): "
                            "dropping episodes; training goes on", self.max_queued)
+
+    def flush(self, timeout: float = 10.0) -> bool:
+        """Wait at most `timeout` seconds until every episode put so far is sent or counted (the SDK sends their
+        messages within a second); whether they all were. The uploader stays open. While a failed start's pause
+        lasts, False at once: what waits goes after the pause."""
+
+        def settled() -> bool:
+            paused = time.monotonic() < self._paused_until
+            return self._stopped or self._broken is not None or self._busy == 0 and (not self._queue or paused)
+
+        with contextlib.suppress(Exception), self._cond:
+            return self._cond.wait_for(settled, timeout) and not self._queue
+        return False
 
     def close(self, timeout: float = 10.0) -> None:
         """Send what is queued, waiting at most `timeout` seconds; then count what is left as dropped."""
@@ -207,8 +231,9 @@ class Uploader:
     def _send(self, record: dict[str, Any]) -> bool | None:
         """One episode: True once the server took its start, False if the start failed, None if the record could
         not be sent at all."""
-        if self._api is None and not self._connect():
-            return None
+        with self._connecting:
+            if self._api is None and (self._broken is not None or not self._connect()):
+                return None
         try:
             from openreward import AssistantMessage, RolloutInfo, SystemMessage, ToolCall, ToolResult, UserMessage
 
@@ -246,6 +271,9 @@ class Uploader:
             self._api_key = sdk.api_key or ""
             self.where = sdk.base_url
             self._api = sdk.rollout
+            # After the SDK's own exit hook (which stops its loop: a start sent then would wait for ever), so run
+            # before it. Exiting, aiohttp can no longer resolve a host name: close the uploader before exit.
+            atexit.register(self.close, EXIT_TIMEOUT)
             return True
         except Exception as exc:  # noqa: BLE001
             self._broken = client.describe(exc)
@@ -375,7 +403,7 @@ def plain(value: Any, secret: str = "") -> Any:
     with string keys, lists, strings, finite numbers, booleans, None; anything else as its text. The API key, if
     some text holds it, is replaced."""
     if isinstance(value, str):
-        return value.replace(secret, "[api key]") if len(secret) >= 8 and secret in value else value
+        return value.replace(secret, "[secret]") if len(secret) >= 8 and secret in value else value
     if isinstance(value, bool) or value is None or isinstance(value, int):
         return value
     if isinstance(value, float):
