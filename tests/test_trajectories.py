@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 
 import pytest
 
@@ -16,6 +17,7 @@ from examples import tiny
 from examples.tiny import tool_methods
 from tests.harness import ROOT, metered, servers, trainers
 from tests.harness.generation import load, orsgen
+from tests.harness.rollout_standin import standin
 
 pytestmark = pytest.mark.trainer
 
@@ -38,6 +40,14 @@ def module(tmp_path):
 
 
 def test_one_record_per_rollout_with_the_reward_read_and_the_servers_calls(module, tmp_path, monkeypatch):
+    """... and the same episodes uploaded to a stand-in of the OpenReward API: one rollout each, with its reward and
+    the trainer's run info; no secret in any file or request but the key in its own header."""
+    with standin() as api:
+        monkeypatch.setenv("OPENREWARD_API_URL", api.url)
+        train_and_check(module, tmp_path, monkeypatch, api)
+
+
+def train_and_check(module, tmp_path, monkeypatch, api):
     server, mod = module
     monkeypatch.setenv("OPENREWARD_API_KEY", CANARY_KEY)
     monkeypatch.setenv("ORSGEN_TRAJECTORIES", "")  # Trajectories() sets it for processes it starts: undone after
@@ -56,7 +66,7 @@ def test_one_record_per_rollout_with_the_reward_read_and_the_servers_calls(modul
 
     rows = mod.dataset()
     rows = rows.add_column("task_prompt", [metered.STALE if i == 3 else None for i in rows["task_index"]])
-    recorder = mod.Trajectories(tmp_path / "traj")
+    recorder = mod.Trajectories(tmp_path / "traj", upload=True)
     trainer = trainers.trainer(
         lambda: Metered(secrets={"canary": (CANARY_SECRET, ["api.example.com"])}), str(tmp_path / "out"), 4, threads=1,
         tools=tool_methods(Metered()),
@@ -116,6 +126,18 @@ def test_one_record_per_rollout_with_the_reward_read_and_the_servers_calls(modul
 
     loaded = datasets.load_dataset("json", data_files=str(path), split="train")
     assert loaded.num_rows == 16 and "tool_calls" in loaded.column_names
+
+    # the upload: one rollout per record, the reward on its last message, the trainer's run info
+    uploader = recorder.recorder.uploader
+    assert (uploader.sent, uploader.failed, uploader.dropped) == (16, 0, 0)
+    rollouts = api.rollouts()
+    assert len(rollouts) == 16 and {r["runName"] for r in rollouts} == {"out"}
+    assert all(r["run_info"]["framework"] == "trl" and r["run_info"]["rl_algorithm"] == "grpo" for r in rollouts)
+    assert Counter((r["metadata"]["stream"], r["metadata"]["task_index"], r["messages"][-1].get("reward"))
+                   for r in rollouts) == Counter((s, t, v) for t, s, v in returned)
+    for seen in api.requests():
+        assert CANARY_KEY not in seen.text + seen.path and CANARY_SECRET not in seen.text
+        assert all(CANARY_KEY not in v for k, v in seen.headers.items() if k != "x-api-key")
 
 
 def test_two_ranks_write_disjoint_files_that_add_up_to_what_the_server_saw(module, tmp_path):

@@ -195,7 +195,7 @@ class Recorder:
         self._queue: queue.Queue[Any] = queue.Queue(max_queued)
         self._thread: threading.Thread | None = None
         self._sink: Sink | None = None
-        self._uploader: Any = None
+        self.uploader: Any = None  # upload.Uploader once the first record is sent: its sent, failed, dropped
         self._specs: dict[tuple[str, str, int], Any] = {}
         self.written = self.dropped = 0
         self.closed = False
@@ -338,12 +338,12 @@ class Recorder:
             self._send(records)
 
     def _send(self, records: list[dict[str, Any]]) -> None:
-        if self._uploader is None:
+        if self.uploader is None:
             from orsgen.runtime.upload import Uploader
 
-            self._uploader = Uploader(run_name=self.run or "orsgen", run_info=self._run_info)
+            self.uploader = Uploader(run_name=self.run or "orsgen", run_info=self._run_info)
         for record in records:
-            self._uploader.put(record)
+            self.uploader.put(record)
 
     # -- flushing and closing (any thread) -----------------------------------------------------------------------
 
@@ -356,7 +356,8 @@ class Recorder:
             self._queue.put(done, timeout=timeout)
         except queue.Full:
             return False
-        return done.wait(timeout)
+        written = done.wait(timeout)
+        return (self.uploader.flush(timeout) if self.uploader is not None else True) and written
 
     def close(self, timeout: float = 10.0) -> None:
         """Write what is queued, stop listening, close the file (and the upload, waiting at most `timeout`)."""
@@ -369,8 +370,8 @@ class Recorder:
             self._thread.join(timeout)
         elif self._sink is not None:
             self._sink.close()
-        if self._uploader is not None:
-            self._uploader.close(timeout=timeout)
+        if self.uploader is not None:
+            self.uploader.close(timeout=timeout)
 
     def variable(self) -> str:
         """What `ORSGEN_TRAJECTORIES` holds so that a process this one starts (AsyncGRPOTrainer's rollout worker)
