@@ -88,6 +88,12 @@ def call_tool(env: Adapter, name: str, arguments: dict[str, Any]) -> Any:
     return env._call(name, arguments)
 
 
+def close_episode(env: Adapter, wait: bool = True) -> None:
+    """End an adapter's episode (unread, when nothing read its reward) and close its session, waiting (bounded) for
+    the server when `wait`: what `orsgen eval` does once it has an episode's reward."""
+    env._close(wait=wait)
+
+
 def secrets_of(env: Adapter) -> list[str]:
     """The values an adapter must never let out of the process (trajectory records, uploads): its API key and the
     secrets it sends, as strings."""

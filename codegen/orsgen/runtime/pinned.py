@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -106,6 +106,8 @@ class Pinned:
         prompts: bool = False,
         url: str | None = None,
         api_key: str | None = None,
+        pass_rates: str | os.PathLike[str] | Mapping[Any, float] | None = None,
+        keep: tuple[float, float] = (0.0, 1.0),
     ) -> datasets.Dataset:
         """The tasks of a split as a ``datasets.Dataset`` for ``GRPOTrainer(train_dataset=...)``.
 
@@ -116,6 +118,10 @@ class Pinned:
         ``prompts=True`` also stores each task's prompt in a ``task_prompt`` column (one short session per task,
         8 at a time), for adapters with ``open_in_background``. Asking for more tasks than the split has, or for a
         split the module did not pin, raises ValueError (TRL's OpenRewardSpec caps instead: orsgen says so).
+
+        ``pass_rates`` (an ``orsgen eval --out`` folder, its ``summary.json``, a JSON file of task index -> pass rate,
+        or such a mapping) keeps the tasks whose measured pass rate lies strictly between ``keep``'s bounds: by
+        default those the model sometimes solves. It says how many it kept; unmeasured tasks are left out.
         """
         split = split or self.split
         pinned = self.splits()
@@ -126,8 +132,10 @@ class Pinned:
             raise ValueError("dataset(): pass num_tasks or indices, not both")
         if num_tasks is not None and num_tasks < 0:
             raise ValueError(f"dataset(): num_tasks must be >= 0, got {num_tasks}")
+        measured = None if pass_rates is None else rows.pass_rates(pass_rates, self.env or self.deployment, split)
         try:
-            return rows.dataset(self, split, num_tasks, indices, include_metadata, prompts, Connection(url, api_key))
+            made = rows.dataset(self, split, num_tasks, indices, include_metadata, prompts, Connection(url, api_key))
         except Exception as exc:
             self.sessions.check_server(url, exc)
             raise
+        return made if measured is None else rows.kept(made, measured, keep, split)

@@ -5,7 +5,11 @@ environments (`bundle`)."""
 from __future__ import annotations
 
 import json
+import logging
+import math
+import os
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -28,6 +32,8 @@ class Source(Protocol):
     sessions: Sessions
 
     def pinned_tasks(self) -> dict[str, list[Any]] | None: ...
+
+log = logging.getLogger("orsgen")
 
 RESERVED_COLUMNS = ("prompt", "task_index", "split", "environment", "task_prompt")
 CHUNK = 1024  # tasks per request when a split is large enough for a progress bar
@@ -121,3 +127,64 @@ def bundle(modules: Mapping[str, ModuleType], split: str | None, num_tasks: int 
     keys = list(dict.fromkeys(key for row in rows for key in row))
     return Dataset.from_dict({key: [row.get(key) for row in rows] if key in RESERVED_COLUMNS
                               else one_type([row.get(key) for row in rows]) for key in keys})
+
+
+def pass_rates(source: str | os.PathLike[str] | Mapping[Any, float], environment: str, split: str) -> dict[int, float]:
+    """Per-task pass rates measured before training (`dataset(pass_rates=...)`): an `orsgen eval --out` folder or its
+    summary.json (this environment's tasks of `split`), a JSON file of task index -> pass rate, or such a mapping.
+    ValueError, one line, for anything else."""
+    where = f"dataset(pass_rates={str(source) if not isinstance(source, Mapping) else '{...}'!r})"
+    found: Any = source
+    if not isinstance(source, Mapping):
+        path = Path(source)
+        path = path / "summary.json" if path.is_dir() else path
+        try:
+            found = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"{where}: cannot read {path}: {exc}") from None
+    if isinstance(found, dict) and isinstance(found.get("tasks"), list):  # an `orsgen eval` summary
+        mine = [t for t in found["tasks"] if isinstance(t, dict) and t.get("split") == split
+                and t.get("environment") in (environment, None) and t.get("pass_rate") is not None]
+        if not mine:
+            seen = sorted({f"{t.get('environment')}/{t.get('split')}" for t in found["tasks"] if isinstance(t, dict)})
+            raise ValueError(f"{where}: it measured no task of {environment}/{split} (it measured "
+                             f"{', '.join(seen) or 'nothing'})")
+        found = {t["task_index"]: t["pass_rate"] for t in mine}
+    if not isinstance(found, Mapping):
+        raise ValueError(f"{where}: an orsgen eval folder, its summary.json, or a JSON object of task index -> pass "  # noqa: TRY004 - a file that holds the wrong thing
+                         "rate")
+    rates: dict[int, float] = {}
+    for key, rate in found.items():
+        try:
+            index, value = int(key), float(rate)
+        except (TypeError, ValueError):
+            raise ValueError(f"{where}: task {key!r}: {rate!r} is not a task index and a pass rate") from None
+        if not (0.0 <= value <= 1.0 and index >= 0):
+            raise ValueError(f"{where}: task {key!r}: a pass rate is between 0 and 1, got {rate!r}")
+        rates[index] = value
+    return rates
+
+
+def kept(rows: datasets.Dataset, rates: Mapping[int, float], keep: tuple[float, float], split: str
+         ) -> datasets.Dataset:
+    """The rows whose task's pass rate lies strictly between `keep`'s bounds, and one line saying what was kept."""
+    try:
+        low, high = (float(bound) for bound in keep)
+    except (TypeError, ValueError):
+        raise ValueError(f"dataset(keep={keep!r}): two numbers, (low, high): tasks with a pass rate strictly between "
+                         "them are kept") from None
+    if not (low < high) or math.isnan(low) or math.isnan(high):
+        raise ValueError(f"dataset(keep={keep!r}): low must be below high")
+    indices = rows["task_index"]
+    chosen = [i for i, task in enumerate(indices) if task in rates and low < rates[task] < high]
+    below = sum(1 for task in indices if task in rates and rates[task] <= low)
+    above = sum(1 for task in indices if task in rates and rates[task] >= high)
+    unmeasured = sum(1 for task in indices if task not in rates)
+    log.warning("orsgen: dataset(): kept %d of %d tasks of split %r, those with a pass rate strictly between %g and "
+                "%g (%d at or below, %d at or above, %d not measured)", len(chosen), len(indices), split, low, high,
+                below, above, unmeasured)
+    if not chosen:
+        raise ValueError(f"dataset(pass_rates=..., keep={keep!r}): no task of split {split!r} has a pass rate strictly "
+                         f"between {low:g} and {high:g} ({below} at or below, {above} at or above, {unmeasured} not "
+                         "measured): nothing to train on")
+    return rows.select(chosen)

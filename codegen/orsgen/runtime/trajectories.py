@@ -4,9 +4,14 @@ command write the same records; `build` is the one place a record is made.
 
 A record (schema "orsgen.trajectory/1"; docs/reference.md, "Trajectory records", has the table):
 
-    schema, run, step, rank, stream, environment, adapter, split, task_index, task_spec, session,
+    schema, run, step, rank, stream, environment, adapter, split, task_index, task_spec, session, rollout, model,
     prompt, completion, tool_calls[{name, arguments, result, error, seconds, reward, finished, cut}],
-    reward, scored, unscored_reason, finished, start_error, seconds{reset, tools, episode}, ended_at
+    reward, scored, unscored_reason, finished, start_error, error, usage, seconds{reset, tools, model, episode},
+    ended_at
+
+`orsgen eval` fills what only it knows: `rollout` (the episode's number among its task's), `usage` (the tokens the
+endpoint reported), `seconds.model`, and `error` with `unscored_reason` "endpoint_error" when the model's endpoint
+failed the episode; a trainer leaves them null.
 
 What a record holds is redacted before it leaves the process: every API key and secret value an adapter sends is
 replaced by "[secret]", wherever it appears (a tool that echoes its environment included). A tool result longer than
@@ -42,6 +47,7 @@ VARIABLE = "ORSGEN_TRAJECTORIES"  # a directory (or the JSON a `Recorder` writes
 MAX_RESULT_CHARS = 20_000
 MAX_QUEUED = 1_000  # records waiting for the writer; more are dropped (and counted), never held
 SECRET = "[secret]"
+ENDPOINT_ERROR = "endpoint_error"  # the unscored reason of an episode the model's endpoint failed (orsgen eval)
 
 
 def cut(text: str, limit: int | None) -> tuple[str, int]:
@@ -104,24 +110,30 @@ def build(start: hooks.EpisodeStart[Any] | None, calls: list[hooks.ToolCall[Any]
           run: str | None = None, step: int | None = None, rank: int = 0, environment: str | None = None,
           task_spec: Any = None, session: str | None = None, prompt: Any = None, completion: Any = None,
           secrets: Iterable[str] = (), max_result_chars: int | None = MAX_RESULT_CHARS,
-          ended_at: float | None = None) -> dict[str, Any]:
-    """One episode's record from its hook records (`prompt`/`completion`: the turns, when not the end's own).
-    Secrets are replaced first, so a cut never leaves part of one."""
+          ended_at: float | None = None, model: str | None = None, rollout: int | None = None,
+          usage: dict[str, int] | None = None, model_seconds: float | None = None,
+          error: str | None = None) -> dict[str, Any]:
+    """One episode's record from its hook records (`prompt`/`completion`: the turns, when not the end's own; `error`:
+    what failed the episode outside the environment, which makes it unscored "endpoint_error"). Secrets are replaced
+    first, so a cut never leaves part of one."""
     stamp = datetime.datetime.now(datetime.UTC) if ended_at is None else datetime.datetime.fromtimestamp(
         ended_at, datetime.UTC)
     record = {
         "schema": SCHEMA, "run": run, "step": step, "rank": rank, "stream": end.stream, "environment": environment,
         "adapter": type(end.adapter).__name__, "split": end.split, "task_index": end.task_index,
-        "task_spec": task_spec, "session": session,
+        "task_spec": task_spec, "session": session, "rollout": rollout, "model": model,
         "prompt": end.prompt if prompt is None else prompt,
         "completion": end.completion if completion is None else completion,
         "tool_calls": [{"name": call.name, "arguments": call.arguments, "result": call.result, "error": call.error,
                         "seconds": round(call.seconds, 6), "reward": call.reward, "finished": call.finished, "cut": 0}
                        for call in calls],
-        "reward": end.reward, "scored": end.scored, "unscored_reason": end.reason, "finished": end.finished,
-        "start_error": None if start is None else start.error,
+        "reward": None if error else end.reward, "scored": end.scored and not error,
+        "unscored_reason": ENDPOINT_ERROR if error else end.reason, "finished": end.finished,
+        "start_error": None if start is None else start.error, "error": error, "usage": usage,
         "seconds": {"reset": None if start is None else round(start.seconds, 6),
-                    "tools": round(sum(call.seconds for call in calls), 6), "episode": round(end.seconds, 6)},
+                    "tools": round(sum(call.seconds for call in calls), 6),
+                    "model": None if model_seconds is None else round(model_seconds, 6),
+                    "episode": round(end.seconds, 6)},
         "ended_at": stamp.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
     }
     record = _redact(record, sorted({s for s in secrets if len(s) >= 4}, key=len, reverse=True))
@@ -299,7 +311,8 @@ class Recorder:
             environment = None if pinned is None else (pinned.env or pinned.deployment)
             return build(start, calls, end, run=self.run, step=step, rank=self._rank(), environment=environment,
                          task_spec=self._spec(adapter, end), session=session, secrets=secrets,
-                         max_result_chars=self.max_result_chars, ended_at=ended_at)
+                         max_result_chars=self.max_result_chars, ended_at=ended_at,
+                         model=self._run_info.get("model_name"))
         except Exception:
             self.dropped += 1
             log.warning("orsgen: a trajectory record could not be built (dropped)", exc_info=True)

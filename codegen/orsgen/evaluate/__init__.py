@@ -1,0 +1,298 @@
+"""`orsgen eval`: measure a model behind an OpenAI-compatible endpoint on the environments of a generated module,
+with what training uses (the runtime's sessions, the tools TRL offers, its turn limit, the module's rewards).
+
+`measure` is the whole run on one screen: what to measure (a new run, or one resumed from its folder), the
+environment's tasks, the endpoint checked before any episode, the episodes at once with each record appended as it
+ends, then the figures (summary.json, the report on stdout, a picture, the passing episodes for SFT). Needs no TRL
+and no GPU: the runtime, `openai` (from the openreward SDK) and transformers' `get_json_schema`.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import logging
+import os
+import re
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+from orsgen.errors import OrsgenError
+from orsgen.evaluate import options
+from orsgen.evaluate.options import Invocation, Run
+
+RECORDS, SUMMARY, RUN, REPORT, PICTURE = "trajectories.jsonl", "summary.json", "run.json", "report.md", "pass_rates.png"
+ENDPOINT_ERRORS_IN_A_ROW = 8  # episodes the endpoint failed in a row before the run stops
+
+
+def main(argv: list[str]) -> int:
+    try:
+        invocation = options.invocation(argv)
+        if invocation.compare is not None:
+            return compare(invocation)
+        return measure(invocation)
+    except OrsgenError as exc:
+        print(f"orsgen: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:  # before any episode ran: nothing to save
+        print("orsgen eval: interrupted", file=sys.stderr)
+        return 130
+
+
+def measure(invocation: Invocation) -> int:
+    os.environ.pop("ORSGEN_TRAJECTORIES", None)  # a training's recorder: this run writes its own records
+    folder, run, url = _what(invocation)
+    from orsgen.evaluate import endpoint, episode, figures, pool, progress, target
+
+    members = target.members(run.target)
+    _same_module(folder, members, invocation)
+    _need_transformers()
+    from orsgen import runtime
+    from orsgen.runtime.trajectories import Sink
+
+    plan = _plan(members, run)
+    records = _records(folder)
+    done = {(r["environment"], r["split"], r["task_index"], r.get("rollout")) for r in figures.latest(records)
+            if not r.get("error")}
+    todo = [work for work in plan if work.key not in done]
+    first = plan[0].member
+    limiter = pool.Limiter(min(invocation.concurrency, max(len(todo), 1)))
+    model = endpoint.Endpoint(url, run.model, _sampling(run), invocation.timeout, busy=limiter.busy)
+    if todo:
+        model.check(first.schemas(first.adapter_class(plan[0].row)))
+        for member in members:
+            member.check()
+    _save_run(folder, run, url, members, invocation.resume is None)
+    scoring = {m: episode.Scoring(_rewards(m, run.rewards), run.max_turns, run.seed, run.unscored_reward, folder.name)
+               for m in members}
+    watcher, stop = episode.Watcher(), threading.Event()
+    shown = progress.Progress(len(todo))
+    log = logging.getLogger("orsgen")
+    above = progress.Above(shown)
+    log.addHandler(above)
+    log.propagate = False
+    print(f"orsgen eval: {len(plan)} episodes ({len(plan) // run.rollouts} tasks x {run.rollouts}), {len(todo)} to "
+          f"run, at most {limiter.cap} at once; writing to {folder} (orsgen eval --resume {folder} if stopped)",
+          file=sys.stderr)
+    sink, status, failed_in_a_row, why = Sink(folder / RECORDS), 0, 0, None
+    work_pool = pool.Pool(todo, lambda w: episode.run(w, model, watcher, scoring[w.member], stop), limiter, stop)
+    requeued: dict[Any, int] = {}
+    try:
+        while work_pool.pending and not stop.is_set():
+            shown.running = limiter.running
+            shown.show()
+            ended = work_pool.next(timeout=0.25)
+            if ended is None:
+                continue
+            if isinstance(ended.error, episode.Busy) and requeued.get(ended.work.key, 0) < pool.BUSY_REQUEUES:
+                requeued[ended.work.key] = requeued.get(ended.work.key, 0) + 1
+                limiter.busy(None)
+                work_pool.again(ended.work)
+                continue
+            if ended.error is not None:
+                why = str(ended.error) if isinstance(ended.error, episode.Fatal | episode.Busy) else _bug(ended.error)
+                status = 2
+                break
+            if ended.result is None:
+                continue
+            sink.write([json.dumps(ended.result, ensure_ascii=False, default=str)])
+            records.append(ended.result)
+            shown.done += 1
+            if figures.counts(ended.result):
+                reward = ended.result["reward"]
+                shown.counted += 1
+                shown.passed += reward is not None and reward >= (run.pass_threshold or 1.0)
+            failed_in_a_row = failed_in_a_row + 1 if ended.result.get("error") else 0
+            if failed_in_a_row >= ENDPOINT_ERRORS_IN_A_ROW:
+                why, status = (f"the endpoint failed {failed_in_a_row} episodes in a row; the last: "
+                               f"{ended.result['error']}"), 2
+                break
+    except KeyboardInterrupt:
+        status = 130
+    finally:
+        work_pool.finish(timeout=10.0 if status != 130 else 5.0)
+        runtime.close_all()
+        watcher.close()
+        sink.close()
+        shown.end()
+        log.removeHandler(above)
+        log.propagate = True
+    summary = _finish(folder, run, url, members, plan, records, invocation)
+    if status == 130:
+        print(f"orsgen eval: interrupted: {summary['episodes']['done']} of {len(plan)} episodes saved in {folder}; "
+              f"orsgen eval --resume {folder} runs the rest", file=sys.stderr)
+    elif why is not None:
+        print(f"orsgen: error: {why} ({summary['episodes']['done']} of {len(plan)} episodes saved in {folder}: "
+              f"orsgen eval --resume {folder} runs the rest)", file=sys.stderr)
+    return status
+
+
+def _what(invocation: Invocation) -> tuple[Path, Run, str | None]:
+    """The run's folder, what it measures and the endpoint: a new run's, or those its folder recorded."""
+    if invocation.resume is not None:
+        folder = invocation.resume
+        run = Run.load(folder)
+        saved = json.loads((folder / RUN).read_text(encoding="utf-8")).get("endpoint")
+        return folder, run, invocation.base_url or saved
+    if invocation.run is None:
+        raise AssertionError("a new run is given")
+    run = invocation.run
+    folder = invocation.out or Path("evals") / _slug(
+        f"{Path(run.target).stem}-{run.model}-{datetime.datetime.now():%Y%m%d-%H%M%S}")
+    if (folder / RUN).exists():
+        raise OrsgenError(f"{folder} holds a run already: orsgen eval --resume {folder} runs what it is missing, or "
+                          "give another --out")
+    return folder, run, invocation.base_url
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-")
+
+
+def _same_module(folder: Path, members: list[Any], invocation: Invocation) -> None:
+    if invocation.resume is None:
+        return
+    saved = json.loads((folder / RUN).read_text(encoding="utf-8")).get("environments", [])
+    now = {m.name: m.snapshot for m in members}
+    for env in saved:
+        if now.get(env["name"]) != env["snapshot"]:
+            raise OrsgenError(f"--resume {folder}: it measured {env['name']} at snapshot {env['snapshot'][:12]}, the "
+                              f"module now pins {str(now.get(env['name']))[:12]}: a new run measures the new module")
+
+
+def _need_transformers() -> None:
+    try:
+        import transformers.utils  # noqa: F401
+    except ImportError:
+        raise OrsgenError('orsgen eval needs transformers (its get_json_schema makes the tools TRL offers the model): '
+                          'pip install "orsgen[eval]"') from None
+
+
+def _plan(members: list[Any], run: Run) -> list[Any]:
+    """Every episode of the run, rollout by rollout (an early stop has measured every task about equally); each
+    numbered by its place, which seeds its requests."""
+    from orsgen.evaluate.episode import Work
+
+    rows: list[tuple[Any, dict[str, Any]]] = []
+    for member in members:
+        try:
+            found = member.module.dataset(split=run.split, num_tasks=run.num_tasks,
+                                          indices=list(run.tasks) if run.tasks else None)
+        except Exception as exc:  # noqa: BLE001 - an environment that cannot list its tasks: one line
+            raise OrsgenError(f"the environment {member.name} ({member.module.PINNED.target}): "
+                              f"{' '.join(str(exc).split())}") from None
+        rows += [(member, row) for row in found.to_list()]
+    if not rows:
+        raise OrsgenError(f"no task to run: the split has none{' of those asked for' if run.tasks else ''}")
+    return [Work(member, row, rollout, rollout * len(rows) + i)
+            for rollout in range(run.rollouts) for i, (member, row) in enumerate(rows)]
+
+
+def _records(folder: Path) -> list[dict[str, Any]]:
+    path = folder / RECORDS
+    if not path.exists():
+        return []
+    found = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            found.append(json.loads(line))
+        except ValueError:
+            continue  # a line a killed run left cut: its episode runs again
+    return found
+
+
+def _sampling(run: Run) -> dict[str, Any]:
+    given = {"temperature": run.temperature, "top_p": run.top_p, "max_tokens": run.max_tokens}
+    return {k: v for k, v in given.items() if v is not None}
+
+
+def _rewards(member: Any, names: tuple[str, ...]) -> tuple[Any, ...]:
+    """The module's reward functions by name (a terminal environment's `terminal_reward` by default), as TRL runs
+    them before get_reward()."""
+    module = member.module
+    if not names and callable(getattr(module, "terminal_reward", None)):
+        return (module.terminal_reward,)
+    found = []
+    for name in names:
+        if name in ("group_reward", "shaped_reward"):
+            raise OrsgenError(f"--reward {name}: it is not a reward function of episodes one by one "
+                              f"({'it scores GRPO groups' if name == 'group_reward' else 'it makes one from your code'})")
+        func = getattr(module, name, None)
+        if not callable(func) or name.startswith("_"):
+            offered = [n for n in ("outcome_reward", "total_reward", "finished_reward", "terminal_reward")
+                       if callable(getattr(module, n, None))]
+            raise OrsgenError(f"--reward {name}: {module.__name__} has no reward function {name!r} (it has "
+                              f"{', '.join(offered)})")
+        found.append(func)
+    return tuple(found)
+
+
+def _save_run(folder: Path, run: Run, url: str | None, members: list[Any], new: bool) -> None:
+    from orsgen.write import atomic
+
+    if not new:
+        return
+    saved = {"run": run.saved(), "endpoint": url,
+             "environments": [{"name": m.name, "module": m.module.__name__, "snapshot": m.snapshot} for m in members]}
+    atomic(folder / RUN, json.dumps(saved, indent=1) + "\n")
+
+
+def _bug(exc: BaseException) -> str:
+    import traceback
+
+    print("".join(traceback.format_exception(exc)), end="", file=sys.stderr)
+    return f"internal error (the traceback above): {type(exc).__name__}: {exc}: please report it"
+
+
+def _finish(folder: Path, run: Run, url: str | None, members: list[Any], plan: list[Any],
+            records: list[dict[str, Any]], invocation: Invocation) -> dict[str, Any]:
+    """The figures of every episode the folder holds: summary.json, report.md, the picture; the report on stdout;
+    the passing episodes as an SFT set when asked."""
+    from orsgen.evaluate import figures, plot, report, sft
+    from orsgen.write import atomic
+
+    tasks = list(dict.fromkeys((w.member.name, w.row["split"], int(w.row["task_index"])) for w in plan))
+    summary = figures.summary(records, k=run.rollouts, planned=len(plan), given=run.pass_threshold, tasks=tasks)
+    splits = ", ".join(sorted({str(w.row["split"]) for w in plan}))
+    names = [m.name for m in members]
+    about: dict[str, Any] = {"model": run.model, "endpoint": url, "target": run.target, "split": splits,
+             "environments": names, "folder": str(folder)}
+    summary["run"] = about
+    atomic(folder / SUMMARY, json.dumps(summary, indent=1) + "\n")
+    atomic(folder / REPORT, report.render(summary, about, markdown=True))
+    if plot.available():
+        rewards = [r["reward"] for r in figures.latest(records) if figures.counts(r) and r.get("reward") is not None]
+        plot.draw(summary, rewards, f"{run.model} on {', '.join(names)}", folder / PICTURE)
+        picture = f", {folder / PICTURE}"
+    else:
+        picture = ' (a picture too with matplotlib: pip install "orsgen[plot]")'
+    print(report.render(summary, about, markdown=invocation.format == "markdown"), end="")
+    print(f"orsgen eval: {folder / SUMMARY}, {folder / RECORDS}{picture}", file=sys.stderr)
+    if invocation.keep_passing is not None:
+        tools = {cls.__name__: m.schemas(cls) for m in members for cls in set(m.module.ENVIRONMENTS.values())}
+        kept = sft.rows(records, summary["pass"]["threshold"], tools)
+        path = sft.write(invocation.keep_passing, kept)
+        print(f"orsgen eval: {len(kept)} passing episodes in {path} (messages, tools: SFTTrainer's format)",
+              file=sys.stderr)
+    return summary
+
+
+def compare(invocation: Invocation) -> int:
+    from orsgen.evaluate import figures, report
+
+    assert invocation.compare is not None
+    found = []
+    for given in invocation.compare:
+        path = given / SUMMARY if given.is_dir() else given
+        try:
+            found.append(json.loads(path.read_text(encoding="utf-8")))
+        except (OSError, ValueError) as exc:
+            raise OrsgenError(f"--compare: cannot read {path}: {exc}") from None
+        if found[-1].get("schema") != figures.SCHEMA:
+            raise OrsgenError(f"--compare: {path} is not an orsgen eval summary")
+    names = tuple(p.name if p.is_dir() else p.parent.name for p in invocation.compare)
+    print(report.render_comparison(figures.compare(found[0], found[1]), (names[0], names[1]),
+                                   markdown=invocation.format == "markdown"), end="")
+    return 0

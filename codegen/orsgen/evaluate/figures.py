@@ -1,0 +1,154 @@
+"""What a run measured, from its trajectory records alone (so a resumed run and `--compare` read the same figures):
+mean reward, pass@1 and pass@k, why episodes went unscored, tools, latency, tokens, and each task's pass rate.
+
+What counts: an episode the environment could not start, whose live prompt was stale, or that the endpoint failed
+says nothing of the model, so it is left out of the pass rates (and counted under its reason). Every other episode
+counts, and passes when its reward is at least the threshold: one no tool scored (`no_tool_scored`) is a failure,
+never a pass.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import Counter, defaultdict
+from collections.abc import Iterable
+from typing import Any
+
+SCHEMA = "orsgen.eval/1"
+NOT_THE_MODEL = ("not_started", "stale_prompt", "endpoint_error")  # reasons an episode is left out of pass rates
+
+
+def latest(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One record per episode (environment, split, task, rollout): the last written (a resumed run re-runs those
+    the endpoint failed)."""
+    found: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for record in records:
+        found[(record.get("environment"), record.get("split"), record.get("task_index"), record.get("rollout"))] = record
+    return list(found.values())
+
+
+def counts(record: dict[str, Any]) -> bool:
+    return record.get("unscored_reason") not in NOT_THE_MODEL
+
+
+def threshold(records: list[dict[str, Any]], given: float | None) -> float:
+    """`--pass-threshold`, else 1.0, or the highest reward seen when that is higher."""
+    if given is not None:
+        return given
+    seen = [r["reward"] for r in records if isinstance(r.get("reward"), int | float)]
+    return max([1.0, *seen])
+
+
+def pass_at(n: int, c: int, k: int) -> float | None:
+    """The unbiased estimator of pass@k from n episodes of which c passed (Chen et al. 2021); None when n < k."""
+    if n < k:
+        return None
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+def summary(records: list[dict[str, Any]], *, k: int, planned: int, given: float | None,
+            tasks: list[tuple[str, str, int]]) -> dict[str, Any]:
+    """The run's figures (summary.json); `tasks` are the planned tasks, in order, so unmeasured ones show too."""
+    records = latest(records)
+    bar = threshold(records, given)
+    counted = [r for r in records if counts(r)]
+    by_task: dict[tuple[str, str, int], list[dict[str, Any]]] = defaultdict(list)
+    for r in records:
+        by_task[(r["environment"], r["split"], r["task_index"])].append(r)
+    rows: list[dict[str, Any]] = []
+    for key in list(dict.fromkeys([*tasks, *sorted(by_task)])):
+        mine = by_task.get(key, [])
+        good = [r for r in mine if counts(r)]
+        passes = sum(1 for r in good if _passed(r, bar))
+        rewards = [r["reward"] for r in good if r.get("reward") is not None]
+        rows.append({"environment": key[0], "split": key[1], "task_index": key[2], "episodes": len(mine),
+                     "counted": len(good), "passes": passes, "pass_rate": passes / len(good) if good else None,
+                     "mean_reward": statistics.fmean(rewards) if rewards else None,
+                     f"pass_at_{k}": pass_at(len(good), passes, k)})
+    measured = [t for t in rows if t["counted"]]
+    at_k = [v for t in measured if (v := pass_at(t["counted"], t["passes"], k)) is not None]
+    rewards = [r["reward"] for r in counted if r.get("reward") is not None]
+    calls = [len(_tool_turns(r)) for r in counted]
+    failures = [sum(1 for t in _tool_turns(r) if _failed(t)) for r in counted]
+    episode_seconds = [r["seconds"]["episode"] for r in records if r.get("seconds", {}).get("episode") is not None]
+    replies = sum(sum(1 for t in r.get("completion") or [] if t.get("role") == "assistant") for r in records)
+    model_seconds = sum(r["seconds"].get("model") or 0.0 for r in records if r.get("seconds"))
+    tool_seconds = [c.get("seconds") or 0.0 for r in records for c in r.get("tool_calls") or []]
+    usage = [r["usage"] for r in records if r.get("usage")]
+    return {
+        "schema": SCHEMA,
+        "episodes": {"planned": planned, "done": len(records), "counted": len(counted)},
+        "pass": {"threshold": bar, "given": given, "k": k,
+                 "at_1": statistics.fmean(t["passes"] / t["counted"] for t in measured) if measured else None,
+                 "at_k": statistics.fmean(at_k) if at_k else None, "tasks_at_k": len(at_k),
+                 "rule": f"reward >= {bar:g}; episodes {', '.join(NOT_THE_MODEL)} left out"},
+        "reward": {"mean": statistics.fmean(rewards) if rewards else None, "scored": len(rewards),
+                   "passed": sum(1 for r in counted if _passed(r, bar))},
+        "unscored": dict(sorted(Counter(r["unscored_reason"] for r in records if r.get("unscored_reason")).items())),
+        "tools": {"calls_per_episode": statistics.fmean(calls) if calls else None,
+                  "failures_per_episode": statistics.fmean(failures) if failures else None,
+                  "failure_rate": sum(failures) / sum(calls) if sum(calls) else None},
+        "latency": {"episode_p50": _quantile(episode_seconds, 0.5), "episode_p95": _quantile(episode_seconds, 0.95),
+                    "model_reply_mean": model_seconds / replies if replies else None,
+                    "tool_call_mean": statistics.fmean(tool_seconds) if tool_seconds else None},
+        "tokens": None if not usage else {
+            "prompt": sum(u.get("prompt_tokens", 0) for u in usage),
+            "completion": sum(u.get("completion_tokens", 0) for u in usage),
+            "completion_per_episode": statistics.fmean(u.get("completion_tokens", 0) for u in usage)},
+        "tasks": rows,
+    }
+
+
+def _tool_turns(record: dict[str, Any]) -> list[Any]:
+    """The tool calls the model made, as TRL counts them (`tools/call_frequency`): its tool turns, a call that never
+    reached the environment (an unknown tool, arguments the method refuses) included; the calls the runtime made
+    when the record holds no turns."""
+    turns = record.get("completion")
+    if isinstance(turns, list):
+        return [t for t in turns if isinstance(t, dict) and t.get("role") == "tool"]
+    return list(record.get("tool_calls") or [])
+
+
+def _failed(turn: dict[str, Any]) -> bool:
+    """A failed call, as TRL counts it (`tools/failure_frequency`): its tool turn is `{'error': ...}`."""
+    if "role" not in turn:
+        return bool(turn.get("error"))
+    content = turn.get("content")
+    return isinstance(content, str) and content.startswith("{'error': ")
+
+
+def _passed(record: dict[str, Any], bar: float) -> bool:
+    return counts(record) and isinstance(record.get("reward"), int | float) and record["reward"] >= bar
+
+
+def _quantile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def compare(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    """Two runs' summaries task by task: each task's pass rate before and after, and which changed."""
+    def index(summary: dict[str, Any]) -> dict[tuple[Any, ...], dict[str, Any]]:
+        return {(t["environment"], t["split"], t["task_index"]): t for t in summary["tasks"]}
+
+    a, b = index(before), index(after)
+    rows = []
+    for key in list(dict.fromkeys([*a, *b])):
+        was, now = (a.get(key) or {}).get("pass_rate"), (b.get(key) or {}).get("pass_rate")
+        change = None if was is None or now is None else now - was
+        rows.append({"environment": key[0], "split": key[1], "task_index": key[2], "before": was, "after": now,
+                     "change": change})
+    changed = [r for r in rows if r["change"]]
+    return {"tasks": rows, "improved": sum(1 for r in changed if r["change"] > 0),
+            "regressed": sum(1 for r in changed if r["change"] < 0),
+            "unchanged": sum(1 for r in rows if r["change"] == 0),
+            "only_one": sum(1 for r in rows if r["change"] is None),
+            "figures": {name: (before["pass"].get(key) if name != "mean reward" else before["reward"]["mean"],
+                               after["pass"].get(key) if name != "mean reward" else after["reward"]["mean"])
+                        for name, key in (("mean reward", None), ("pass@1", "at_1"),
+                                          (f"pass@{before['pass']['k']}", "at_k"))}}

@@ -1,0 +1,77 @@
+"""The figures as people read them: text for a terminal, markdown for a pull request."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _num(value: Any, digits: int = 3) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f}%"
+
+
+def _table(header: list[str], rows: list[list[str]], markdown: bool) -> list[str]:
+    if markdown:
+        return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header),
+                *("| " + " | ".join(row) + " |" for row in rows)]
+    widths = [max(len(cell) for cell in column) for column in zip(header, *rows, strict=True)]
+    return ["  ".join(cell.rjust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+            for row in [header, *rows]]
+
+
+def render(summary: dict[str, Any], run: dict[str, Any], markdown: bool) -> str:
+    """The report of one run: the headline figures, then each task."""
+    p, e, k = summary["pass"], summary["episodes"], summary["pass"]["k"]
+    title = f"{run.get('model')} on {', '.join(run.get('environments') or [])} (split {run.get('split')})"
+    lines = [f"## orsgen eval: {title}" if markdown else f"orsgen eval: {title}", ""]
+    figures = [
+        ("episodes", f"{e['done']} of {e['planned']} ({e['counted']} counted)"),
+        ("mean reward", f"{_num(summary['reward']['mean'])} over {summary['reward']['scored']} scored episodes"),
+        ("pass@1", _pct(p["at_1"])),
+        (f"pass@{k}", f"{_pct(p['at_k'])} ({p['tasks_at_k']} tasks with {k} counted episodes)"),
+        ("a pass", p["rule"]),
+        ("unscored", ", ".join(f"{reason} {n}" for reason, n in summary["unscored"].items()) or "none"),
+        ("tool calls", (f"{_num(summary['tools']['calls_per_episode'], 2)} per episode, "
+                       f"{_num(summary['tools']['failures_per_episode'], 2)} failed")),
+        ("latency", (f"episode p50 {_num(summary['latency']['episode_p50'], 2)} s, p95 "
+                    f"{_num(summary['latency']['episode_p95'], 2)} s; model reply "
+                    f"{_num(summary['latency']['model_reply_mean'], 2)} s; tool call "
+                    f"{_num(summary['latency']['tool_call_mean'], 3)} s")),
+    ]
+    tokens = summary.get("tokens")
+    if tokens:
+        figures.append(("tokens", (f"{tokens['prompt']} prompt, {tokens['completion']} completion "
+                                  f"({_num(tokens['completion_per_episode'], 1)} per episode)")))
+    lines += _table(["figure", "value"], [[a, b] for a, b in figures], markdown) if markdown else [
+        f"{name:>12}  {value}" for name, value in figures]
+    several = len({t["environment"] for t in summary["tasks"]}) > 1
+    header = [*(["environment"] if several else []), "task", "episodes", "passes", "pass rate", "mean reward",
+              f"pass@{k}"]
+    rows = [[*([t["environment"]] if several else []), str(t["task_index"]), str(t["episodes"]),
+             f"{t['passes']}/{t['counted']}", _pct(t["pass_rate"]), _num(t["mean_reward"]), _pct(t[f"pass_at_{k}"])]
+            for t in summary["tasks"]]
+    lines += ["", *(["### Tasks", ""] if markdown else []), *_table(header, rows, markdown)]
+    return "\n".join(lines) + "\n"
+
+
+def render_comparison(found: dict[str, Any], names: tuple[str, str], markdown: bool) -> str:
+    a, b = names
+    lines = [f"## orsgen eval: {a} -> {b}" if markdown else f"orsgen eval: {a} -> {b}", ""]
+    figures = [[name, _num(was), _num(now)] for name, (was, now) in found["figures"].items()]
+    lines += _table(["figure", a, b], figures, markdown)
+    lines += ["", (f"tasks: {found['improved']} improved, {found['regressed']} regressed, {found['unchanged']} "
+                  f"unchanged, {found['only_one']} measured in one run only"), ""]
+    several = len({t["environment"] for t in found["tasks"]}) > 1
+    changed = sorted((t for t in found["tasks"] if t["change"]), key=lambda t: (-abs(t["change"]), t["task_index"]))
+    header = [*(["environment"] if several else []), "task", f"pass rate {a}", f"pass rate {b}", "change"]
+    rows = [[*([t["environment"]] if several else []), str(t["task_index"]), _pct(t["before"]), _pct(t["after"]),
+             f"{100 * t['change']:+.1f}"] for t in changed]
+    lines += _table(header, rows, markdown) if rows else ["no task's pass rate changed"]
+    return "\n".join(lines) + "\n"
