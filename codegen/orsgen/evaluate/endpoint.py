@@ -77,7 +77,7 @@ class Endpoint:
         if served is not None and self.model not in served:
             raise OrsgenError(f"the endpoint at {self.where} does not serve {self.model!r}: it serves "
                               f"{', '.join(map(repr, served)) or 'no model'} (--model)")
-        try:
+        try:  # what is refused shows in the status (400, 401, 404): one token of reply is enough
             self._ask([{"role": "user", "content": PROBE}], tools, {"max_tokens": 1}, probe=True)
         except EndpointError as exc:
             raise OrsgenError(str(exc)) from None
@@ -121,6 +121,8 @@ class Endpoint:
                     return self._ask(messages, tools, sampling, probe)
                 raise EndpointError(self._said(exc, tools_sent=bool(tools))) from None
             except openai.InternalServerError as exc:  # 5xx: a passing fault is asked again, twice
+                if probe:  # it took the request (a model cut at max_tokens mid tool call may make a server fail)
+                    return None
                 failed += 1
                 if failed > SERVER_ERROR_RETRIES:
                     raise EndpointError(self._said(exc)) from None
