@@ -68,6 +68,7 @@ def measure(invocation: Invocation) -> int:
     scoring = {m: episode.Scoring(_rewards(m, run.rewards), run.max_turns, run.seed, run.unscored_reward, folder.name)
                for m in members}
     watcher, stop = episode.Watcher(), threading.Event()
+    watcher.specs.update(_specs(todo))
     shown = progress.Progress(len(todo))
     log = logging.getLogger("orsgen")
     above = progress.Above(shown)
@@ -188,6 +189,26 @@ def _plan(members: list[Any], run: Run) -> list[Any]:
         raise OrsgenError(f"no task to run: the split has none{' of those asked for' if run.tasks else ''}")
     return [Work(member, row, rollout, rollout * len(rows) + i)
             for rollout in range(run.rollouts) for i, (member, row) in enumerate(rows)]
+
+
+def _specs(todo: list[Any]) -> dict[tuple[str, str, int], Any]:
+    """Each task's spec for its records, read as dataset() reads them (pinned, or one request per range): not one
+    request per episode."""
+    from orsgen.runtime import rows
+    from orsgen.runtime.sessions import Connection
+
+    wanted: dict[tuple[Any, str], set[int]] = {}
+    for work in todo:
+        wanted.setdefault((work.member, str(work.row["split"])), set()).add(int(work.row["task_index"]))
+    found: dict[tuple[str, str, int], Any] = {}
+    for (member, split), indices in wanted.items():
+        low = min(indices)
+        try:
+            specs = rows.task_specs(member.module.PINNED, split, low, max(indices) + 1, Connection(None, None, None))
+        except Exception:  # noqa: BLE001 - then each record reads its own (episode._spec)
+            continue
+        found.update({(member.name, split, low + i): spec for i, spec in enumerate(specs) if low + i in indices})
+    return found
 
 
 def _records(folder: Path) -> list[dict[str, Any]]:
