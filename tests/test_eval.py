@@ -7,12 +7,12 @@ import math
 import random
 
 import pytest
+from orsgen.evaluate.target import tool_methods
 from transformers.utils import get_json_schema
 
 from tests.harness import evaluation, servers
 from tests.harness.chat_standin import Error, Reply, first_user_text, serving, tool_results
 from tests.harness.generation import in_process, load
-from orsgen.evaluate.target import tool_methods
 
 SEED, K = 3, 4
 COIN = 4  # the task whose episodes pass by a coin flip
@@ -120,7 +120,7 @@ def test_the_figures_records_and_tools_are_exact(graded, tmp_path):
 
 
 def test_compare_finds_the_changed_tasks_and_a_dataset_keeps_the_sometimes_solved(graded, tmp_path, caplog):
-    server, module = graded
+    _server, module = graded
 
     def better(payload):
         task = task_of(payload)

@@ -61,13 +61,14 @@ def measure(invocation: Invocation) -> int:
     limiter = pool.Limiter(min(invocation.concurrency, max(len(todo), 1)))
     model = endpoint.Endpoint(url, run.model, _sampling(run), invocation.timeout, busy=limiter.busy)
     if todo:
-        model.check(first.schemas(first.adapter_class(plan[0].row)))
+        model.check_served()  # before the tools' schemas: a mistyped model costs no import of torch
+        model.check_tools(first.schemas(first.adapter_class(plan[0].row)))
         for member in members:
             member.check()
     _save_run(folder, run, url, members, invocation.resume is None)
     scoring = {m: episode.Scoring(_rewards(m, run.rewards), run.max_turns, run.seed, run.unscored_reward, folder.name)
                for m in members}
-    watcher, stop = episode.Watcher(), threading.Event()
+    watcher, stop = episode.Watcher(busy=limiter.busy), threading.Event()
     watcher.specs.update(_specs(todo))
     shown = progress.Progress(len(todo))
     log = logging.getLogger("orsgen")
@@ -88,8 +89,7 @@ def measure(invocation: Invocation) -> int:
             if ended is None:
                 continue
             if isinstance(ended.error, episode.Busy) and requeued.get(ended.work.key, 0) < pool.BUSY_REQUEUES:
-                requeued[ended.work.key] = requeued.get(ended.work.key, 0) + 1
-                limiter.busy(None)
+                requeued[ended.work.key] = requeued.get(ended.work.key, 0) + 1  # the limiter heard its 429s
                 work_pool.again(ended.work)
                 continue
             if ended.error is not None:
@@ -105,7 +105,10 @@ def measure(invocation: Invocation) -> int:
                 reward = ended.result["reward"]
                 shown.counted += 1
                 shown.passed += reward is not None and reward >= (run.pass_threshold or 1.0)
-            failed_in_a_row = failed_in_a_row + 1 if ended.result.get("error") else 0
+            if ended.result.get("error"):
+                failed_in_a_row += 1
+            elif ended.result.get("unscored_reason") != "not_started":  # the model was asked, and answered
+                failed_in_a_row = 0
             if failed_in_a_row >= ENDPOINT_ERRORS_IN_A_ROW:
                 why, status = (f"the endpoint failed {failed_in_a_row} episodes in a row; the last: "
                                f"{ended.result['error']}"), 2
@@ -120,12 +123,13 @@ def measure(invocation: Invocation) -> int:
         shown.end()
         log.removeHandler(above)
         log.propagate = True
-    summary = _finish(folder, run, url, members, plan, records, invocation)
+    _finish(folder, run, url, members, plan, records, invocation)
+    finished = len([r for r in figures.latest(records) if not r.get("error")])
     if status == 130:
-        print(f"orsgen eval: interrupted: {summary['episodes']['done']} of {len(plan)} episodes saved in {folder}; "
+        print(f"orsgen eval: interrupted: {finished} of {len(plan)} episodes saved in {folder}; "
               f"orsgen eval --resume {folder} runs the rest", file=sys.stderr)
     elif why is not None:
-        print(f"orsgen: error: {why} ({summary['episodes']['done']} of {len(plan)} episodes saved in {folder}: "
+        print(f"orsgen: error: {why} ({finished} of {len(plan)} episodes saved in {folder}: "
               f"orsgen eval --resume {folder} runs the rest)", file=sys.stderr)
     return status
 
@@ -182,8 +186,12 @@ def _plan(members: list[Any], run: Run) -> list[Any]:
             found = member.module.dataset(split=run.split, num_tasks=run.num_tasks,
                                           indices=list(run.tasks) if run.tasks else None)
         except Exception as exc:  # noqa: BLE001 - an environment that cannot list its tasks: one line
-            raise OrsgenError(f"the environment {member.name} ({member.module.PINNED.target}): "
-                              f"{' '.join(str(exc).split())}") from None
+            from orsgen.runtime import client
+
+            where = member.module.PINNED.sessions.server(None) or member.module.PINNED.target
+            raise OrsgenError(f"the environment {member.name} at {where} cannot list its tasks: "
+                              f"{client.describe(exc)[:300]}: is it running (orsgen serve), or is "
+                              "OPENREWARD_SESSION_URL its address?") from None
         rows += [(member, row) for row in found.to_list()]
     if not rows:
         raise OrsgenError(f"no task to run: the split has none{' of those asked for' if run.tasks else ''}")
@@ -205,7 +213,7 @@ def _specs(todo: list[Any]) -> dict[tuple[str, str, int], Any]:
         low = min(indices)
         try:
             specs = rows.task_specs(member.module.PINNED, split, low, max(indices) + 1, Connection(None, None, None))
-        except Exception:  # noqa: BLE001 - then each record reads its own (episode._spec)
+        except Exception:  # noqa: BLE001, S112 - then each record reads its own (episode._spec)
             continue
         found.update({(member.name, split, low + i): spec for i, spec in enumerate(specs) if low + i in indices})
     return found

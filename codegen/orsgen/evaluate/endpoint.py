@@ -63,20 +63,22 @@ class Endpoint:
 
     # -- before any episode --------------------------------------------------------------------------------------
 
-    def check(self, tools: list[dict[str, Any]]) -> None:
-        """OrsgenError, one line, for an endpoint no episode could use: out of reach, a key it refuses, a model it
-        does not serve, no tool calling."""
+    def check_served(self) -> None:
+        """OrsgenError, one line, for an endpoint out of reach, refusing the key, or not serving the model."""
         import openai
 
         try:
             served = [m.id for m in self.client().models.list()]
-        except openai.NotFoundError:
-            served = None  # no /models here: the probe below finds a wrong name
+        except (openai.NotFoundError, openai.InternalServerError):
+            served = None  # no /models here (or a broken one): the probe finds a wrong name
         except openai.APIError as exc:
             raise OrsgenError(self._said(exc)) from None
         if served is not None and self.model not in served:
             raise OrsgenError(f"the endpoint at {self.where} does not serve {self.model!r}: it serves "
                               f"{', '.join(map(repr, served)) or 'no model'} (--model)")
+
+    def check_tools(self, tools: list[dict[str, Any]]) -> None:
+        """OrsgenError, one line, for an endpoint without tool calling (or any other refusal of a request)."""
         try:  # what is refused shows in the status (400, 401, 404): one token of reply is enough
             self._ask([{"role": "user", "content": PROBE}], tools, {"max_tokens": 1}, probe=True)
         except EndpointError as exc:
@@ -120,9 +122,12 @@ class Endpoint:
                     self.strip_return = True  # get_json_schema's "return" (what chat templates render) refused
                     return self._ask(messages, tools, sampling, probe)
                 raise EndpointError(self._said(exc, tools_sent=bool(tools))) from None
-            except openai.InternalServerError as exc:  # 5xx: a passing fault is asked again, twice
-                if probe:  # it took the request (a model cut at max_tokens mid tool call may make a server fail)
-                    return None
+            except openai.APITimeoutError as exc:  # waited --timeout already
+                raise EndpointError(self._said(exc)) from None
+            except (openai.InternalServerError, openai.APIConnectionError) as exc:  # a passing fault (a 5xx, a
+                # connection the server dropped after one) is asked again, twice
+                if probe and isinstance(exc, openai.InternalServerError):  # it took the request (a model cut at
+                    return None  # max_tokens mid tool call may make a server fail)
                 failed += 1
                 if failed > SERVER_ERROR_RETRIES:
                     raise EndpointError(self._said(exc)) from None
@@ -152,7 +157,8 @@ class Endpoint:
         if status == 400 and tools_sent and "tool" in message.lower():
             return (f"{where} does not take tool calls: {message} (vLLM: --enable-auto-tool-choice --tool-call-parser "
                     "NAME; SGLang: --tool-call-parser NAME)")
-        return f"{where} answered {status or 'an error'}: {message}"
+        said = "" if not message or message == f"Error code: {status}" else f": {message}"
+        return f"{where} answered {status or 'an error'}{said}"
 
 
 def _arguments(text: str) -> Any:

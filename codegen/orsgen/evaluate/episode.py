@@ -56,7 +56,8 @@ class Seen:
 class Watcher:
     """The runtime's hooks, sorted by adapter: each evaluation episode has an adapter of its own."""
 
-    def __init__(self) -> None:
+    def __init__(self, busy: Callable[[float | None], None] = lambda seconds: None) -> None:
+        self._busy = busy  # told of each start the environment refused for capacity, as it happens
         self._seen: dict[int, Seen] = {}
         self.specs: dict[tuple[str, str, int], Any] = {}  # each task's spec, read once per run
         self._lock = threading.Lock()
@@ -90,6 +91,7 @@ class Watcher:
             seen.session = getattr(getattr(record.episode, "session", None), "sid", None)
         elif isinstance(record, hooks.SessionOpen) and record.status == 429:
             seen.refused = True
+            self._busy(None)
 
 
 @dataclass(frozen=True)

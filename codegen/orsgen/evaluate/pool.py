@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 W = TypeVar("W")
-BUSY_REQUEUES = 5  # starts an episode may be refused for capacity before it counts as one that did not start
+BUSY_REQUEUES = 5  # times an episode's start may be refused for capacity (after the runtime's retries) before the
+# run stops: the environment stays full with one episode at a time
 
 
 class Limiter:
