@@ -217,3 +217,18 @@ def test_a_bundle_and_a_pyproject_target(multi_server, tmp_path):
     assert [(t["environment"], t["task_index"], t["pass_rate"]) for t in quiz["tasks"]] == [("quiz", 0, 1.0),
                                                                                              ("quiz", 1, 0.0)]
     assert quiz["reward"]["mean"] == pytest.approx((1.0 - 0.5) / 2)  # quiz pays -0.5 for a wrong answer
+
+
+def test_reward_functions_by_name_run_before_get_reward_as_trl_runs_them(graded, tmp_path):
+    _, module = graded
+    with serving(script) as endpoint:
+        total = evaluation.orsgen_eval(str(module), "--base-url", endpoint.url, "--model", "scripted", "--tasks", "0-2",
+                                       "--reward", "total_reward", "--out", "run", cwd=tmp_path)
+        wrong = evaluation.orsgen_eval(str(module), "--base-url", endpoint.url, "--model", "scripted", "--reward",
+                                       "nope", "--out", "nope", cwd=tmp_path)
+    assert total.returncode == 0, total.stderr
+    assert [r["reward"] for r in sorted(evaluation.records(tmp_path / "run"), key=lambda r: r["task_index"])] == [
+        1.0, 1.0, 0.0]  # total_reward claimed each episode; get_reward() then gave None: counted once
+    assert wrong.returncode == 2 and wrong.stderr.count("\n") == 1, wrong.stderr
+    assert "--reward nope: " in wrong.stderr and "total_reward" in wrong.stderr
+    assert not (tmp_path / "nope").exists()

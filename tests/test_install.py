@@ -1,7 +1,7 @@
 """The README's install lines, each run as written in a fresh venv under tmp, then what that install is for: the
 generator's runs `orsgen --version`, generates a module against a served environment and imports it there; the
 report's runs `--report` without torch. Slow (pip installs): marker `install`,
-`make test-install`, after the fast tier in CI.
+`make test-install`, after the fast tier in CI. The report's venv also runs `orsgen eval` (the same extra).
 
 `/path/to/orsgen` is a copy of this checkout's files (tracked and new, as git lists them: a clone with the working
 changes); the git URL form installs this clone's HEAD commit. Dependencies are downloaded once per run into a
@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from tests.harness import ROOT
+from tests.harness.chat_standin import Reply, first_user_text, serving, tool_results
 
 pytestmark = pytest.mark.install
 
@@ -117,11 +118,29 @@ def test_from_a_clone_then_report(tmp_path, place, echo_server):
     assert report.returncode == 2 and report.stdout == "", report
     assert report.stderr.count("\n") == 1 and 'pip install "orsgen[report]"' in report.stderr, report.stderr
 
+    measure = "orsgen eval gen/echo.py --base-url {url} --model scripted --tasks 0-1 --out run"
+    refused = venv.run(measure.format(url="http://127.0.0.1:9/v1"))
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused
+    assert 'pip install "orsgen[eval]"' in refused.stderr, refused.stderr
+
     venv.install(f'pip install "{checkout}[generator,report]"')
     assert venv.has("transformers") and not venv.has("torch") and not venv.has("trl")
     report = venv.run(f"orsgen {echo_server.url} --report")
     assert report.returncode == 0, report.stderr
     assert 'text: required, model sees {"type":"string"}' in report.stdout, report.stdout  # get_json_schema's view
+
+    # orsgen eval there, without torch or TRL: a model behind an endpoint, the tools get_json_schema makes
+    def echoing(payload):
+        text = first_user_text(payload)
+        if tool_results(payload) or text.startswith("orsgen eval"):  # answered, or the probe
+            return Reply(content="done")
+        return Reply(tool_calls=[("echo", {"text": text.split()[-1]})])
+
+    with serving(echoing) as endpoint:
+        measured = venv.run(measure.format(url=endpoint.url))
+    assert measured.returncode == 0, measured.stderr
+    assert "pass@1  100.0%" in measured.stdout, measured.stdout
+    assert not venv.has("torch") and not venv.has("trl")
 
 
 def test_editable_from_a_clone(tmp_path, place, echo_server):

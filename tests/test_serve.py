@@ -274,8 +274,9 @@ def test_help_and_version_answer_in_a_training_install():
     lines = help_.stdout.splitlines()
     assert lines[0].startswith("usage: orsgen [TARGET ...] [-o FILE] [--check]")
     assert lines[1].strip() == "orsgen serve MODULE:CLASS [MODULE:CLASS ...] [--port N] [--host HOST]"
-    assert lines[2:] == [('generating and checking modules needs the generator (jinja2 and black are not installed '
-                         'here): pip install "orsgen[generator]"; orsgen serve needs only this install')]
+    assert lines[2].strip().startswith("orsgen eval TARGET --model NAME")
+    assert lines[3:] == [('generating and checking modules needs the generator (jinja2 and black are not installed '
+                         'here): pip install "orsgen[generator]"; orsgen serve and orsgen eval need only this install')]
     # and generating there still says what to install, in one line
     refused = subprocess.run(command("http://127.0.0.1:9", "-o", "x.py", training=True), capture_output=True,
                              text=True, timeout=60, check=False)

@@ -52,6 +52,8 @@ def measure(invocation: Invocation) -> int:
     from orsgen import runtime
     from orsgen.runtime.trajectories import Sink
 
+    scoring = {m: episode.Scoring(_rewards(m, run.rewards), run.max_turns, run.seed, run.unscored_reward, folder.name)
+               for m in members}
     plan = _plan(members, run)
     records = _records(folder)
     done = {(r["environment"], r["split"], r["task_index"], r.get("rollout")) for r in figures.latest(records)
@@ -66,8 +68,6 @@ def measure(invocation: Invocation) -> int:
         for member in members:
             member.check()
     _save_run(folder, run, url, members, invocation.resume is None)
-    scoring = {m: episode.Scoring(_rewards(m, run.rewards), run.max_turns, run.seed, run.unscored_reward, folder.name)
-               for m in members}
     watcher, stop = episode.Watcher(busy=limiter.busy), threading.Event()
     watcher.specs.update(_specs(todo))
     shown = progress.Progress(len(todo))
@@ -104,7 +104,8 @@ def measure(invocation: Invocation) -> int:
             if figures.counts(ended.result):
                 reward = ended.result["reward"]
                 shown.counted += 1
-                shown.passed += reward is not None and reward >= (run.pass_threshold or 1.0)
+                shown.passed += reward is not None and reward >= (1.0 if run.pass_threshold is None else
+                                                                  run.pass_threshold)
             if ended.result.get("error"):
                 failed_in_a_row += 1
             elif ended.result.get("unscored_reason") != "not_started":  # the model was asked, and answered
