@@ -4,52 +4,23 @@
 
 import json
 import math
-import random
 
 import pytest
 from orsgen.evaluate.target import tool_methods
 from transformers.utils import get_json_schema
 
-from tests.harness import evaluation, servers
+from tests.harness import evaluation
 from tests.harness.chat_standin import Error, Reply, first_user_text, serving, tool_results
 from tests.harness.generation import in_process, load
 
 SEED, K = 3, 4
-COIN = 4  # the task whose episodes pass by a coin flip
-
-
-def coin(seed: int) -> bool:
-    return random.Random(seed).random() < 0.5
-
-
-def task_of(payload) -> int:
-    text = first_user_text(payload)
-    return int(text.split(":")[0].split()[-1]) if text.startswith("Task ") else -1
-
-
-def script(payload):
-    """Right on 0 and 1, wrong on 2 and 3, a seeded coin on 4; task 1 first calls `answer` with a wrong keyword."""
-    task, results = task_of(payload), tool_results(payload)
-    if task < 0:
-        return Reply(content="OK")  # the probe
-    if results and not results[-1].startswith("{'error'"):
-        return Reply(content="done", prompt_tokens=30, completion_tokens=2)
-    if task == 1 and not results:
-        return Reply(tool_calls=[("answer", {"txt": "w1"})], prompt_tokens=20, completion_tokens=5)
-    right = task in (0, 1) or (task == COIN and coin(payload["seed"]))
-    return Reply(tool_calls=[("answer", {"text": f"w{task}" if right else "nope"})], prompt_tokens=20,
-                 completion_tokens=5)
+COIN, coin, task_of, script = evaluation.COIN, evaluation.coin, evaluation.task_of, evaluation.script
 
 
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
-    """The graded environment served (requests logged) and its module generated: (server, module path)."""
-    folder = tmp_path_factory.mktemp("graded")
-    with servers.running("tests.envs.graded:Graded", env={"ORSGEN_COUNT_REQUESTS": "1"}) as server:
-        out = folder / "graded.py"
-        made = in_process(server.url, "-o", str(out))
-        assert made.returncode == 0, made.stderr
-        yield server, out
+    with evaluation.graded(tmp_path_factory.mktemp("graded")) as found:
+        yield found
 
 
 def test_the_figures_records_and_tools_are_exact(graded, tmp_path):

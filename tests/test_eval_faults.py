@@ -3,15 +3,13 @@ any episode (an endpoint out of reach, a model it does not serve, no tool callin
 down), 429s from the endpoint and from the environment, and an endpoint that dies mid-run. Each test asserts on what
 the servers saw (the scripted endpoint's requests, the ORS server's sessions), not only on exit codes.
 
-The graded environment (tests/envs/graded.py) has 6 tasks, task 5 never starts; `script` is a copy of
-tests/test_eval.py's. The last test fails on purpose: it shows a reported bug (a dead endpoint does not stop a run
-in which some tasks do not start).
+The graded environment (tests/envs/graded.py) has 6 tasks, task 5 never starts; its scripted model is the
+harness's (tests/harness/evaluation.py). A dead endpoint stops a run even when some of its tasks do not start.
 Runs use `--seed 0`, so an episode's requests carry its number (rollout * tasks + task) as their seed: which
 episodes a resumed run asked the model about is visible on the endpoint.
 """
 
 import json
-import random
 import signal
 import threading
 import time
@@ -22,50 +20,12 @@ from orsgen.evaluate import ENDPOINT_ERRORS_IN_A_ROW, figures
 from orsgen.evaluate.endpoint import PROBE
 
 from examples.serve import free_port
-from tests.harness import evaluation, servers
-from tests.harness.chat_standin import Error, Reply, first_user_text, serving, tool_results
+from tests.harness import evaluation
+from tests.harness.chat_standin import Error, first_user_text, serving
 
 TASKS = 6  # graded's tasks; task 5 never starts
 NEVER_STARTS = 5
-COIN = 4  # the task whose episodes pass by a coin flip
-
-
-def coin(seed: int) -> bool:
-    return random.Random(seed).random() < 0.5
-
-
-def task_of(payload) -> int:
-    text = first_user_text(payload)
-    return int(text.split(":")[0].split()[-1]) if text.startswith("Task ") else -1
-
-
-def script(payload):
-    """tests/test_eval.py's model: right on 0 and 1, wrong on 2 and 3, a seeded coin on 4; task 1 first calls
-    `answer` with a wrong keyword (so its episodes take three replies, the others two)."""
-    task, results = task_of(payload), tool_results(payload)
-    if task < 0:
-        return Reply(content="OK")  # the probe
-    if results and not results[-1].startswith("{'error'"):
-        return Reply(content="done", prompt_tokens=30, completion_tokens=2)
-    if task == 1 and not results:
-        return Reply(tool_calls=[("answer", {"txt": "w1"})], prompt_tokens=20, completion_tokens=5)
-    right = task in (0, 1) or (task == COIN and coin(payload["seed"]))
-    return Reply(tool_calls=[("answer", {"text": f"w{task}" if right else "nope"})], prompt_tokens=20,
-                 completion_tokens=5)
-
-
-@pytest.fixture(scope="module")
-def graded(tmp_path_factory):
-    """The graded environment served (requests logged) and its module generated: (server, module path)."""
-    from tests.harness.generation import in_process
-
-    folder = tmp_path_factory.mktemp("graded")
-    with servers.running("tests.envs.graded:Graded", env={"ORSGEN_COUNT_REQUESTS": "1"}) as server:
-        out = folder / "graded.py"
-        made = in_process(server.url, "-o", str(out))
-        assert made.returncode == 0, made.stderr
-        yield server, out
-
+COIN, coin, task_of, script = evaluation.COIN, evaluation.coin, evaluation.task_of, evaluation.script
 
 # -- helpers --------------------------------------------------------------------------------------------------------
 
@@ -114,6 +74,12 @@ def last_error_line(stderr):
     assert lines and lines[-1].startswith("orsgen: error: "), stderr
     assert sum(line.startswith("orsgen: error:") for line in lines) == 1, stderr
     return lines[-1]
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    with evaluation.graded(tmp_path_factory.mktemp("graded")) as found:
+        yield found
 
 
 @pytest.fixture
