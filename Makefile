@@ -19,7 +19,7 @@ setup: $(PY)
 demo: setup
 	$(PY) -m examples.demo
 
-# TEST_ARGS: more pytest arguments (.ci/run: -m "not install", the install tier having run on its own just before).
+# TEST_ARGS: more pytest arguments (.ci/run: -m trainer, the fast and install tiers having run on their own just before).
 test: setup
 	$(PY) -m pytest -q $(TEST_ARGS)
 
