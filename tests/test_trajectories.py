@@ -106,7 +106,7 @@ def train_and_check(module, tmp_path, monkeypatch, api):
     good = by_task[("train", 0)]
     assert good["tool_calls"][0] | {"seconds": 0} == {
         "name": "answer", "arguments": {}, "result": "answered", "error": None, "seconds": 0, "reward": 1.0,
-        "finished": True, "cut": 0}
+        "finished": True, "cut": 0, "truncated": 0, "truncated_unit": None, "images_left_out": 0, "timed_out": False}
     assert good["reward"] == 1.0 and good["scored"] and good["finished"]
     assert good["task_spec"] == {"split": "train", "n": 0}
     assert good["prompt"][-1]["content"].endswith("Answer train task 0")  # what reset() gave, as the model got it

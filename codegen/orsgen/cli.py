@@ -37,6 +37,8 @@ EPILOG = """examples:
   orsgen                                                every [tool.orsgen] target of pyproject.toml
   orsgen --check                                        CI: each target against its live server
   orsgen --check --offline                              pre-commit: each module against its own snapshot
+tool budgets: --max-output-chars N, --max-output-tokens N --tokenizer NAME, --truncate head|tail|middle,
+  --max-images N, --episode-timeout S, --max-tool-calls N, --tool-budget TOOL:KEY=VALUE (KEY: timeout, a cap)
 environment: OPENREWARD_API_KEY (catalog targets; used, never written), OPENREWARD_SESSION_URL (their server)
 exit codes: 0 done or up to date, 1 stale (--check), 2 bad input or unreachable server, 130 interrupted
 """
@@ -47,8 +49,7 @@ def parser() -> argparse.ArgumentParser:
         prog="orsgen",
         allow_abbrev=False,
         formatter_class=lambda prog: _Help(prog, max_help_position=28, width=110),
-        description="Generate a typed Python adapter module for an ORS environment, for TRL's GRPOTrainer. "
-        "With no TARGET: every [tool.orsgen] target of the nearest pyproject.toml.",
+        description="Generate a typed Python adapter module for an ORS environment, for TRL's GRPOTrainer.",
         epilog=EPILOG,
     )
     p.add_argument(
@@ -64,8 +65,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--diff", action="store_true", help="with --check: print the whole unified diff too")
     p.add_argument("--offline", action="store_true", help="each [tool.orsgen] target from its module's own snapshot, "
                    "no request (pre-commit)")
-    p.add_argument("--report", action="store_true", help="what the model sees of each tool and argument, what went "
-                   "into text, what was lost (-o optional)")
+    p.add_argument("--report", action="store_true", help="what the model sees of each tool and argument, what was "
+                   "lost (-o optional)")
     p.add_argument("--format", choices=("text", "markdown"), default="text", help="--report as text or markdown")
     p.add_argument("--config", type=Path, default=None, help=argparse.SUPPRESS)
     p.add_argument("--version", action="version", version=f"orsgen {__version__}")
@@ -80,6 +81,10 @@ def jobs(args: argparse.Namespace) -> list[config.Job]:
         if args.task_tools_from or args.task_tools_for_all or args.secret:  # per environment: pyproject.toml says
             raise OrsgenError("--task-tools-from, --task-tools-for-all and --secret go with a TARGET; for pyproject "
                               "targets set task-tools-from, task-tools-for-all or secret in their table")
+        given = [o for o in config.BUDGET_OPTIONS if getattr(args, o.field) is not None]  # budgets: per environment
+        if given:
+            key = "tools.TOOL.KEY" if given[0].kind is dict else given[0].name
+            raise OrsgenError(f"{given[0].flag} goes with a TARGET; for pyproject targets set {key} in their table")
         listed = config.load(args.config or config.find(Path.cwd()))
         return [replace(j, templates=args.templates or j.templates, pin_tasks=args.pin_tasks or j.pin_tasks,
                         async_tools=args.async_tools or j.async_tools, offline=args.offline) for j in listed]
@@ -110,8 +115,9 @@ def jobs(args: argparse.Namespace) -> list[config.Job]:
 
 def job_of(target: str, output: Path, env: str | None, args: argparse.Namespace) -> config.Job:
     """A command-line job: the target's options from the flags."""
+    budgets = config.budgets({o.name: getattr(args, o.field) for o in config.BUDGET_OPTIONS}, "", flags=True)
     return config.Job(target, output, env, None, args.templates, args.task_tools_from, args.task_tools_for_all,
-                      tuple(args.secret or ()), args.pin_tasks, args.async_tools)
+                      tuple(args.secret or ()), args.pin_tasks, args.async_tools, **config.budget_fields(budgets))
 
 
 def main(argv: list[str] | None = None) -> int:

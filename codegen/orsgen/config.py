@@ -12,13 +12,21 @@
     async-tools = true                  # optional: `async def` tools (TRL gathers them)
     task-tools-from = "0"               # optional: with task-tools-for-all = true, task 0's tools go to every task
     secret = ["GRADER_KEY"]             # optional: environment variables sent as secrets when sessions open
+    max-output-chars = 4000             # optional tool budgets (BUDGET_OPTIONS): the module pins them, the runtime
+    episode-timeout = 600               #   caps each result and bounds each call and episode with them
+
+    [tool.orsgen.targets.seta.tools.bash]   # optional: one tool's own budgets (TOOL_BUDGET_OPTIONS)
+    timeout = 30
+    max-output-chars = 8000
 """
 
 import argparse
+import contextlib
+import math
 import os
 import shlex
 import tomllib
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -29,19 +37,43 @@ from orsgen.errors import OrsgenError
 class Option:
     """One generation option: its CLI flag, its [tool.orsgen] key and its Job field are all derived from `name`."""
 
-    name: str  # the key in pyproject.toml, and the flag without "--"
-    kind: type  # str, bool or Path
+    name: str  # the key in pyproject.toml, and the flag without "--" (unless `flag_name` says otherwise)
+    kind: type  # str, bool, Path or list; for tool budgets also int, float (seconds, above 0) and dict (per tool)
     help: str
     metavar: str | None = None
+    least: int = 0  # int: the smallest value allowed
+    choices: tuple[str, ...] = ()  # str: the values allowed (any, if empty)
+    flag_name: str | None = None
 
     @property
     def flag(self) -> str:
-        return f"--{self.name}"
+        return f"--{self.flag_name or self.name}"
 
     @property
     def field(self) -> str:
         return self.name.replace("-", "_")
 
+
+# Tool budgets, the last options: the module pins them (BUDGETS), the runtime applies them. A tool's own
+# (`[...NAME.tools.TOOL]`, `--tool-budget TOOL:KEY=VALUE`) are checked by these rows, and `timeout` is its own.
+TRUNCATE = ("head", "tail", "middle")  # the part of a long result kept
+_CHARS = Option("max-output-chars", int, "cap each tool result at N characters", "N", least=100)
+_TOKENS = Option("max-output-tokens", int, "cap each tool result at N tokens of --tokenizer", "N", least=10)
+_SIDE = Option("truncate", str, "the part of a long result kept: head, tail or middle (default)", "SIDE",
+               choices=TRUNCATE)
+_IMAGES = Option("max-images", int, "image blocks kept per tool result", "N")
+BUDGET_OPTIONS = (
+    _CHARS,
+    _TOKENS,
+    Option("tokenizer", str, "what --max-output-tokens counts with: a Hugging Face tokenizer name or a local path",
+           "NAME"),
+    _SIDE,
+    _IMAGES,
+    Option("episode-timeout", float, "seconds one episode may take", "S"),
+    Option("max-tool-calls", int, "tool calls one episode may make", "N", least=1),
+    Option("tools", dict, "one tool's budget; repeatable", "TOOL:KEY=VALUE", flag_name="tool-budget"),
+)
+TOOL_BUDGET_OPTIONS = (_CHARS, _TOKENS, _SIDE, _IMAGES, Option("timeout", float, "seconds one call may take", "S"))
 
 # The options a target may set, in the order the header's regenerate command writes them. (--env may be repeated on
 # the command line, for several environments of one server: see cli.)
@@ -56,6 +88,7 @@ OPTIONS = (
            "NAME"),
     Option("pin-tasks", bool, "also write the splits' tasks to FILE.tasks.json: sessions open on them"),
     Option("async-tools", bool, "tool methods as `async def` (TRL runs one message's calls concurrently)"),
+    *BUDGET_OPTIONS,
 )
 KEYS = {"target", "output"} | {o.name for o in OPTIONS}
 NO_TARGETS = ('run `orsgen TARGET -o FILE`, or list them in pyproject.toml, e.g. [tool.orsgen.targets.myenv] '
@@ -68,6 +101,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             parser.add_argument(option.flag, action="store_true", help=option.help)
         elif option.name == "env" or option.kind is list:
             parser.add_argument(option.flag, action="append", metavar=option.metavar, help=option.help)
+        elif option in BUDGET_OPTIONS:  # strings, checked by `budgets` as pyproject's are; one epilog line lists them
+            parser.add_argument(option.flag, dest=option.field, action="append" if option.kind is dict else "store",
+                                metavar=option.metavar, help=argparse.SUPPRESS)
         else:
             parser.add_argument(option.flag, type=option.kind, metavar=option.metavar, help=option.help)
 
@@ -86,6 +122,14 @@ class Job:
     secret: tuple[str, ...] = ()  # names of environment variables; their values are never stored
     pin_tasks: bool = False
     async_tools: bool = False
+    max_output_chars: int | None = None  # the tool budgets, as `budgets` checked them
+    max_output_tokens: int | None = None
+    tokenizer: str | None = None
+    truncate: str | None = None
+    max_images: int | None = None
+    episode_timeout: float | None = None
+    max_tool_calls: int | None = None
+    tools: dict[str, dict[str, Any]] = field(default_factory=dict)  # tool -> its own budgets
     fetched: Any = None  # (Source, snapshot) when already fetched (several environments into one directory)
     root: Path | None = None  # the folder of the pyproject.toml that listed it: the header's paths are relative to it
     found_root: bool = False  # root is the project found above a command line's output: paths outside it stay absolute
@@ -104,9 +148,19 @@ class Job:
                 found[option.name] = list(value)
             elif option.kind is bool and value:
                 found[option.name] = True
-            elif option.kind not in (bool, list) and value is not None:
+            elif option.kind is dict and value:
+                found[option.name] = {tool: dict(budget) for tool, budget in value.items()}
+            elif option.kind in (int, float) and value is not None:
+                found[option.name] = value  # a number stays one: ORSGEN_OPTIONS and BUDGETS say it alike
+            elif option.kind not in (bool, list, dict) and value is not None:
                 found[option.name] = self._shown(value) if isinstance(value, Path) else str(value)
         return found
+
+    def budgets(self) -> dict[str, Any]:
+        """The tool budgets this output pins (its BUDGETS; empty: none), in BUDGET_OPTIONS' order."""
+        found = {o.name: getattr(self, o.field) for o in BUDGET_OPTIONS}
+        return {k: {t: dict(b) for t, b in v.items()} if k == "tools" else v for k, v in found.items()
+                if v is not None and v != {}}
 
     def command(self) -> str:
         """The command line that regenerates this output (written into its header): every option that made it."""
@@ -141,6 +195,9 @@ def command(options: dict[str, Any], output: str) -> str:
             words += [option.flag] if value else []
         elif option.kind is list:
             words += [word for name in value or () for word in (option.flag, str(name))]
+        elif option.kind is dict:
+            words += [word for tool, budget in (value or {}).items() for key, v in budget.items()
+                      for word in (option.flag, f"{tool}:{key}={v}")]
         elif value is not None:
             words += [option.flag, str(value)]
     return shlex.join([*words, "-o", output])  # quoted: a path may hold a space
@@ -164,11 +221,95 @@ def from_command(line: str) -> dict[str, Any]:
             continue
         if option.kind is bool:
             found[option.name] = True
-        elif words and option.kind is list:
+        elif words and option.kind in (list, dict):
             found.setdefault(option.name, []).append(words.pop(0))
         elif words:
             found[option.name] = words.pop(0)
+    if any(o.name in found for o in BUDGET_OPTIONS):  # strings, as the command line gives them
+        found.update(budgets(found, "", flags=True))
     return found
+
+
+def budgets(values: dict[str, Any], where: str, flags: bool = False) -> dict[str, Any]:
+    """The tool budgets among `values` (pyproject keys), checked and in BUDGET_OPTIONS' order, a tool's keys in
+    TOOL_BUDGET_OPTIONS' order, tools by name: the same module from the command line or pyproject.toml. `flags`:
+    the command line's strings (`tools` a list of TOOL:KEY=VALUE). A bad value is one OrsgenError naming the flag,
+    or `where` and the key."""
+    found: dict[str, Any] = {}
+    for option in BUDGET_OPTIONS:
+        value = values.get(option.name)
+        if value is None:
+            continue
+        if option.kind is dict:
+            found[option.name] = _tools(value, where, flags)
+        else:
+            said = option.flag if flags else f"{where}: {option.name}"
+            found[option.name] = _budget(option, _parsed(option, value) if flags else value, said)
+    found = {k: v for k, v in found.items() if v != {}}
+    tokens = "max-output-tokens" in found or any("max-output-tokens" in b for b in found.get("tools", {}).values())
+    if tokens and "tokenizer" not in found:  # the runtime could only guess how to count them
+        said = "max-output-tokens needs --tokenizer NAME" if flags else (
+            f'{where}: max-output-tokens needs tokenizer = "NAME"')
+        raise OrsgenError(f"{said} (a Hugging Face tokenizer name or a local path): tokens are counted with it")
+    return found
+
+
+def budget_fields(found: dict[str, Any]) -> dict[str, Any]:
+    """Checked budgets (`budgets`) as Job fields."""
+    return {o.field: found[o.name] for o in BUDGET_OPTIONS if o.name in found}
+
+
+def _tools(value: Any, where: str, flags: bool) -> dict[str, dict[str, Any]]:
+    """Per tool budgets, {tool: {key: value}}, from pyproject's `tools.TOOL` tables or --tool-budget's
+    TOOL:KEY=VALUE; a bad one is named as it was written (`tools.bash.timeout`, `--tool-budget bash:timeout`)."""
+    keys = {o.name: o for o in TOOL_BUDGET_OPTIONS}
+    known = ", ".join(keys)
+    if flags:  # `bash:timeout=30`: a tool's name may hold ":" or "=", a key and a value do not
+        tables: dict[str, dict[str, Any]] = {}
+        for item in value:
+            head, equals, text = str(item).rpartition("=")
+            tool, colon, key = head.rpartition(":")
+            if not (equals and colon and tool):
+                raise OrsgenError(f"--tool-budget {item}: give TOOL:KEY=VALUE (e.g. bash:timeout=30; KEY: {known})")
+            tables.setdefault(tool, {})[key] = text
+        value = tables
+    if not isinstance(value, dict) or not all(isinstance(b, dict) for b in value.values()):
+        raise OrsgenError(f"{where}: tools must hold one table per tool ([...tools.TOOL] with {known})")
+    found: dict[str, dict[str, Any]] = {}
+    for tool in sorted(value):
+        budget = {}
+        for key, text in value[tool].items():
+            said = f"--tool-budget {tool}:{key}" if flags else f"{where}: tools.{tool}.{key}"
+            if key not in keys:
+                raise OrsgenError(f"{said}: unknown key {key!r} (a tool's budget keys: {known})")
+            budget[key] = _budget(keys[key], _parsed(keys[key], text) if flags else text, said)
+        if budget:
+            found[tool] = {k: budget[k] for k in keys if k in budget}
+    return found
+
+
+def _parsed(option: Option, text: Any) -> Any:
+    """A command-line string as the number its option takes (left as is when it is none: `_budget` says so); a
+    whole number stays an int until `_budget` makes seconds floats, so a refusal shows it as typed."""
+    for kind in {int: (int,), float: (int, float)}.get(option.kind, ()):
+        with contextlib.suppress(ValueError):
+            return kind(text)
+    return text
+
+
+def _budget(option: Option, value: Any, said: str) -> Any:
+    """One budget value, checked: ints at least `least`, seconds a number above 0 (kept as a float)."""
+    if option.kind is int and (type(value) is not int or value < option.least):  # bool is an int subclass
+        raise OrsgenError(f"{said} must be a whole number of at least {option.least}, not {value!r}")
+    if option.kind is float:
+        if type(value) not in (int, float) or not math.isfinite(value) or value <= 0:
+            raise OrsgenError(f"{said} must be a number of seconds above 0, not {value!r}")
+        return float(value)
+    if option.kind is str and (not isinstance(value, str) or not value.strip()
+                               or (option.choices and value not in option.choices)):
+        wanted = f"one of {', '.join(option.choices)}" if option.choices else "a non-empty string"
+        raise OrsgenError(f"{said} must be {wanted}, not {value!r}")
+    return value
 
 
 def project_root(output: Path) -> Path:
@@ -232,10 +373,10 @@ def _job(name: str, spec: Any, base: Path, shared: Any, pyproject: Path) -> Job:
     target = spec["target"]
     if not target.startswith(("http://", "https://")) and (base / target).exists():
         target = str(base / target)
-    values: dict[str, Any] = {}
+    values: dict[str, Any] = budget_fields(budgets(spec, where))
     for option in OPTIONS:
         value = spec.get(option.name, shared if option.name == "templates" else None)
-        if value is None:
+        if value is None or option in BUDGET_OPTIONS:
             continue
         if option.kind is bool:
             if not isinstance(value, bool):  # bool("false") is True

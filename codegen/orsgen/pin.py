@@ -23,6 +23,7 @@ class Pinned:
     async_tools: bool
     version: str = ""  # ORSGEN_VERSION: the orsgen that wrote it
     sha256: str | None = None  # SNAPSHOT_SHA256: what SNAPSHOT hashed to when written (a hand edit changes it)
+    budgets: Any = None  # BUDGETS, if it pins tool budgets
 
 
 def read(path: Path) -> Pinned:
@@ -67,7 +68,7 @@ def read_text(text: str, path: str = "<module>") -> Pinned:
     )
     sha = values.get("SNAPSHOT_SHA256")
     return Pinned(source, values["SNAPSHOT"], class_name, options, bool(values.get("ASYNC_TOOLS", False)),
-                  str(values["ORSGEN_VERSION"]), sha if isinstance(sha, str) else None)
+                  str(values["ORSGEN_VERSION"]), sha if isinstance(sha, str) else None, values.get("BUDGETS"))
 
 
 def _is_adapter(base: ast.expr) -> bool:
@@ -88,10 +89,39 @@ def tool_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
 
 
 def option_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
-    """Lines like `~ option async-tools: (not set) -> true`: what a module was made with against what is asked."""
+    """Lines like `~ option async-tools: (not set) -> true`, `~ option tools.bash.timeout: 30.0 -> 60.0`: what a
+    module was made with against what is asked."""
+    old, new = _flat(old), _flat(new)
     return [f"~ option {key}: {_short(old[key]) if key in old else '(not set)'} -> "
             f"{_short(new[key]) if key in new else '(not set)'}"
-            for key in config.in_order({**old, **new}) if old.get(key) != new.get(key)]
+            for key in sorted(_known({**old, **new}), key=_rank) if old.get(key) != new.get(key)]
+
+
+def _flat(options: dict[str, Any]) -> dict[str, Any]:
+    """Options with the per tool budgets one key each, `tools.TOOL.KEY` (a table edited by hand: as it is)."""
+    found = {k: v for k, v in options.items() if k != "tools"}
+    tools = options.get("tools")
+    if isinstance(tools, dict) and all(isinstance(budget, dict) for budget in tools.values()):
+        found.update({f"tools.{tool}.{key}": v for tool, budget in tools.items() for key, v in budget.items()})
+    elif "tools" in options:
+        found["tools"] = tools
+    return found
+
+
+_NAMES = ["target", *(o.name for o in config.OPTIONS)]
+_TOOL_KEYS = [o.name for o in config.TOOL_BUDGET_OPTIONS]
+
+
+def _known(keys: dict[str, Any]) -> list[str]:
+    """The option keys orsgen knows (as `config.in_order` keeps them)."""
+    return [k for k in keys if k in _NAMES or (k.startswith("tools.") and k.rpartition(".")[2] in _TOOL_KEYS)]
+
+
+def _rank(key: str) -> tuple[int, str, int]:
+    """The order of option keys: OPTIONS' (the header's), per tool budgets by tool, then TOOL_BUDGET_OPTIONS'."""
+    head, _, rest = key.partition(".")
+    tool, _, name = rest.rpartition(".")
+    return _NAMES.index(head), tool, _TOOL_KEYS.index(name) if name in _TOOL_KEYS else -1
 
 
 def _short(value: Any) -> str:

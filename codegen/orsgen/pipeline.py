@@ -56,7 +56,7 @@ def run(job: Job, mode: Mode) -> tuple[int, model.Adapter | None]:
     for warning in adapter.warnings():
         print(f"orsgen: warning: {warning}", file=sys.stderr)
     if mode.report:
-        say(report.render(text, adapter, fmt=mode.report)[0], end="")
+        say(report.render(text, adapter, fmt=mode.report, budgets=job.budgets())[0], end="")
         if mode.report_only:
             return 0, None
     if mode.check:
@@ -155,15 +155,27 @@ def snapshot(job: Job) -> tuple[Source, dict[str, Any], Job]:
         async_tools = job.async_tools or pinned.async_tools
         if async_tools:
             options["async-tools"] = True
+        budgets = _budgets(config.budgets(options, f"{job.target} ORSGEN_OPTIONS"), job.budgets())
+        options = {**{k: v for k, v in options.items() if k not in budgets}, **budgets}
         return pinned.source, pinned.snapshot, replace(job, class_name=job.class_name or pinned.class_name,
                                                        templates=templates, async_tools=async_tools,
-                                                       recorded=config.in_order(options))
+                                                       recorded=config.in_order(options),
+                                                       **config.budget_fields(budgets))
     if job.offline:  # what this orsgen makes of the module's own snapshot: catches hand edits and generator drift
         pinned = pin.read(job.output)
         return _as_named(job, pinned.source), pinned.snapshot, replace(job, class_name=job.class_name
                                                                       or pinned.class_name, recorded=job.options())
     source, snap = fetch(job.target, job.env, probe(job))
     return _as_named(job, source), snap, job
+
+
+def _budgets(recorded: dict[str, Any], given: dict[str, Any]) -> dict[str, Any]:
+    """A module's recorded budgets with the ones given beside it on the command line (`orsgen gen/x.py
+    --max-output-chars 8000`) in their place, key by key and per tool."""
+    tools = {tool: dict(budget) for tool, budget in recorded.get("tools", {}).items()}
+    for tool, budget in given.get("tools", {}).items():
+        tools[tool] = {**tools.get(tool, {}), **budget}
+    return config.budgets({**recorded, **given, "tools": tools}, "")
 
 
 def several(jobs: list[Job], directory: Path) -> list[Job]:
@@ -274,15 +286,27 @@ def build(source: Source, snap: dict[str, Any], job: Job | None = None) -> tuple
         raise OrsgenError(f"class name {name!r} is not a public Python identifier the module can use")
     scoring = snap.get("message_block_types") if snap.get("supports_score_group") else None
     adapter = model.build(snap["tools"], name, source.env, snap.get("task_tools"), snap.get("terminal_tool"), scoring)
+    budgeted(job, adapter, source)
     with template_errors(job.templates):
         text = render.module(adapter, source, snap, job)
     if job.templates is not None:
-        pinned_by(text, snap, job.templates)
+        pinned_by(text, snap, job.templates, job.budgets())
     twice = _bound_twice(text)
     if twice:
         raise OrsgenError(f"the module would bind {', '.join(twice)} twice (a class or tool name takes a name the "
                           "module uses): choose another --class-name")
     return text, adapter
+
+
+def budgeted(job: Job, adapter: model.Adapter, source: Source) -> None:
+    """Per tool budgets name tools of the environment (a tool it lacks would be capped nowhere, silently): the ones
+    the model calls, or its terminal tool (as the runtime reads them)."""
+    tools = list(dict.fromkeys([t.wire_name for t in adapter.all_tools()]
+                               + ([str(adapter.terminal.name)] if adapter.terminal else [])))
+    unknown = sorted(set(job.tools) - set(tools))
+    if unknown:
+        raise OrsgenError(f"a tool budget names {unknown[0]!r}, a tool {source.env or source.deployment} does not "
+                          f"have (its tools: {', '.join(tools) or 'none'})")
 
 
 def write_bundle(directory: Path, members: list[tuple[str, str]], mode: Mode, templates: Path | None) -> int:
@@ -340,7 +364,7 @@ def template_errors(template_dir: Path | None) -> Iterator[None]:
         raise OrsgenError(f"template {frames[-1].filename}, line {frames[-1].lineno}: {type(exc).__name__}: {exc}") from None
 
 
-def pinned_by(text: str, snap: dict[str, Any], template_dir: Path) -> None:
+def pinned_by(text: str, snap: dict[str, Any], template_dir: Path, budgets: dict[str, Any] | None = None) -> None:
     """A module from --templates must still carry what orsgen reads back (its snapshot, target and class): else
     `--check` and regeneration from it could not read it."""
     try:
@@ -351,6 +375,9 @@ def pinned_by(text: str, snap: dict[str, Any], template_dir: Path) -> None:
     if found.snapshot != snap:
         raise OrsgenError(f"the templates in {template_dir} render a SNAPSHOT other than the environment's: keep "
                           "the built-in template's SNAPSHOT")
+    if budgets and found.budgets != budgets:  # a copy of an older module.py.jinja: the budgets would be lost
+        raise OrsgenError(f"the templates in {template_dir} drop the tool budgets: keep the built-in template's "
+                          "BUDGETS and its budgets=BUDGETS")
 
 
 def _bound_twice(text: str) -> list[str]:

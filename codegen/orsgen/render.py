@@ -63,6 +63,7 @@ def module(adapter: Adapter, source: Source, snap: dict[str, Any], job: Job) -> 
             sha256=sha256(snap),
             command=job.command(),
             options=job.options(),
+            budgets=job.budgets(),
             module_name=job.module_name(),
             tasks_file=job.output.stem + ".tasks.json",
             async_tools=job.async_tools,

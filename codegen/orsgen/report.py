@@ -6,7 +6,8 @@ Every class of the module is covered: the base class (the shared tools), each ta
 it adds) and the terminal tool, which the model never calls. Each lost schema key is tied to the arguments it names
 (`dependentRequired`, `anyOf: [{"required": [...]}]`, ...) or to the whole tool (`additionalProperties: false`), and
 counted in the summary. Values are printed whole: nothing is cut. `fmt="markdown"` gives one table per class, to
-paste into a pull request.
+paste into a pull request. A module with tool budgets gets them too: the environment's, and each tool's effective cap,
+kept side, images and timeout (a tool without its own takes the environment's).
 """
 
 import importlib.util
@@ -16,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from orsgen.config import TOOL_BUDGET_OPTIONS
 from orsgen.model import Adapter, Param, Terminal, Tool, docs
 from orsgen.model.lost import as_json
 from orsgen.model.typemap import Node
@@ -188,9 +190,9 @@ def _tool_facts(tool: Tool, seen: dict[str, Any]) -> ToolFacts:
     )
 
 
-def render(text: str, adapter: Adapter, fmt: str = "text") -> tuple[str, int]:
+def render(text: str, adapter: Adapter, fmt: str = "text", budgets: dict[str, Any] | None = None) -> tuple[str, int]:
     """(report text, number of differences in type, enum, nullability, item type, required flag or order); the lost
-    items are counted in the report's summary line, not in that number."""
+    items are counted in the report's summary line, not in that number. `budgets`: the module's BUDGETS."""
     classes = facts(adapter, seen_schemas(text, adapter))
     tools = [t for c in classes for t in c.tools if isinstance(t, ToolFacts)]
     diffs = sum(t.diff_count for t in tools)
@@ -208,16 +210,51 @@ def render(text: str, adapter: Adapter, fmt: str = "text") -> tuple[str, int]:
     if adapter.group_scoring is not None:
         summary += (f"; group scoring: group_reward posts each GRPO group to score_group (candidate blocks: "
                     f"{', '.join(adapter.group_scoring)})")
+    shown = _budgets(adapter, budgets or {})
     if fmt == "markdown":
-        return _markdown(classes, adapter, summary), diffs
-    return _text(classes, adapter, summary), diffs
+        return _markdown(classes, adapter, summary, shown), diffs
+    return _text(classes, adapter, summary, shown), diffs
+
+
+@dataclass
+class BudgetFacts:
+    environment: str  # the environment's budgets, one line
+    tools: list[tuple[str, list[str]]]  # (wire name, [cap, truncate, images, timeout]), a tool's own marked
+
+
+TRUNCATED = {"head": "keeps the head", "tail": "keeps the tail", "middle": "keeps head and tail"}
+TOOL_KEYS = tuple(o.name for o in TOOL_BUDGET_OPTIONS)
+
+
+def _budgets(adapter: Adapter, budgets: dict[str, Any]) -> BudgetFacts | None:
+    """What the runtime applies to each tool: its own budget, else the environment's, key by key."""
+    if not budgets:
+        return None
+    units = {"episode-timeout": " s"}
+    said = [f"{k} {v}{units.get(k, '')}" for k, v in budgets.items() if k != "tools"]
+    tools = []
+    terminal = [str(adapter.terminal.name)] if adapter.terminal and str(adapter.terminal.name) in budgets.get(
+        "tools", {}) else []  # shown when it has its own budget: the model never reads its result
+    for wire in dict.fromkeys([*(t.wire_name for t in adapter.all_tools()), *terminal]):
+        own = budgets.get("tools", {}).get(wire, {})
+        value = {k: own.get(k, budgets.get(k)) for k in TOOL_KEYS}
+        mark = {k: " (its own)" if k in own else "" for k in TOOL_KEYS}
+        caps = [f"{value[k]} {unit}{mark[k]}" for k, unit in (("max-output-chars", "characters"), (
+            "max-output-tokens", f"tokens of {budgets.get('tokenizer')}")) if value[k] is not None]
+        tools.append((wire, [
+            " and ".join(caps) or "none",
+            TRUNCATED[value["truncate"] or "middle"] + mark["truncate"] if caps else "(no cap)",
+            f"{value['max-images']}{mark['max-images']}" if value["max-images"] is not None else "all",
+            f"{value['timeout']} s{mark['timeout']}" if value["timeout"] is not None else "none",
+        ]))
+    return BudgetFacts(", ".join(said) or "none (per tool only)", tools)
 
 
 def _count(n: int, one: str, many: str) -> str:
     return f"{n} {one if n == 1 else many}"
 
 
-def _text(classes: list[ClassFacts], adapter: Adapter, summary: str) -> str:
+def _text(classes: list[ClassFacts], adapter: Adapter, summary: str, budgets: BudgetFacts | None = None) -> str:
     lines: list[str] = []
     for one in classes:
         lines.append(one.header)
@@ -251,6 +288,10 @@ def _text(classes: list[ClassFacts], adapter: Adapter, summary: str) -> str:
                 lines += [f"        DIFFERS {d}" for d in arg.differs]
             lines += [f"    LOST {lost_item}  (the whole tool, no single argument)" for lost_item in item.lost]
             lines += [f"    DIFFERS {d}" for d in item.differs]
+    if budgets:
+        lines.append(f"tool budgets: {budgets.environment}; per tool (a tool without its own takes the environment's):")
+        lines += [f"  {wire}: cap {cap}; {side}; images {images}; timeout {timeout}"
+                  for wire, (cap, side, images, timeout) in budgets.tools]
     terminal = adapter.terminal
     if terminal:
         lines.append(f"terminal tool {terminal.name}: not offered to the model, which never calls it; "
@@ -274,7 +315,7 @@ def _block(label: str, text: str, indent: str) -> list[str]:
     return [f"{indent[:-2]}{label}: {first}", *(f"{indent}{line}" for line in rest)]
 
 
-def _markdown(classes: list[ClassFacts], adapter: Adapter, summary: str) -> str:
+def _markdown(classes: list[ClassFacts], adapter: Adapter, summary: str, budgets: BudgetFacts | None = None) -> str:
     out = ["## orsgen report", ""]
     for one in classes:
         out += [f"### `{one.name}`", "", _cell(one.header), "", MARKDOWN_HEADER, "|---|---|---|---|---|---|"]
@@ -303,6 +344,12 @@ def _markdown(classes: list[ClassFacts], adapter: Adapter, summary: str) -> str:
                     "<br>".join(_code(m) for m in arg.moved),
                     "<br>".join(lost + (whole if i == 0 else [])),
                 ))
+        out.append("")
+    if budgets:
+        out += ["### Tool budgets", "", _cell(f"The environment's: {budgets.environment}. A tool without its own "
+                                              "takes the environment's."), "",
+                "| tool | cap | truncate | images | timeout |", "|---|---|---|---|---|"]
+        out += [_row(_code(wire), *map(_cell, cells)) for wire, cells in budgets.tools]
         out.append("")
     terminal = adapter.terminal
     if terminal:

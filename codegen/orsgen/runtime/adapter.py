@@ -21,8 +21,9 @@ from collections.abc import Coroutine, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from orsgen.runtime import ahead, calls, client, messages, sessions, settings, trl
+from orsgen.runtime.budgets import Budgets, no_answer
 from orsgen.runtime.episode import Episode, Unscored, session_opened
-from orsgen.runtime.errors import DriftError, ToolError
+from orsgen.runtime.errors import DriftError, TimedOut, ToolError
 from orsgen.runtime.sessions import Connection, Planned
 from orsgen.runtime.toolerrors import failures, short, tool_error
 
@@ -241,13 +242,14 @@ class Adapter:
             if row.get("split"):  # a row of a split the module did not pin: every episode would go unscored
                 self.pinned.refuse_split(split, f"{type(self).__name__}.reset(split={split!r})")
             config = settings.resolve(type(self), self._given)  # refused before any request
+            budgets = Budgets(self.pinned.budgets, config, module=self.pinned.module, snapshot=self.pinned.snapshot)
             env = self._environment()
             where = trl.place(self, row)
             self._in_batch = where.batch is not None
             messages.note(self.pinned.conversations, self._split, where.batch.rows if where.batch else [row])
             stream = where.batch.stream if where.batch is not None else None
             index = self._task(env, split, row, where, config)
-            episode = self._episode_now = Episode(self, split, index, stream, config, began)
+            episode = self._episode_now = Episode(self, split, index, stream, config, began, budgets)
             batch = where.batch if config.open_ahead is not False else None
             first = batch is not None and not any(isinstance(a, Adapter) for a in batch.adapters[:batch.index])
             if batch is not None and first:  # what the last batch holds is closed before this one opens anything
@@ -402,12 +404,14 @@ class Adapter:
             self._settle(episode.opening)
         with self._reporting(episode, name, arguments) as result:
             session = episode.usable(name)
-            limit = episode.settings.tool_timeout
+            limit, own = episode.budgets.timeout(name)
             try:
                 output = client.loop().run(session.call_tool(name, _payload(arguments)), "tool", limit)
+            except TimeoutError as exc:
+                raise self._timed_out(episode, name, limit, own, exc) from None
             except failures() as exc:
                 raise self._failed(episode, name, exc) from None
-            result.append(episode.record(output))
+            result.extend(episode.record(name, output))
         return result[0]
 
     async def _acall(self, name: str, arguments: dict[str, Any]) -> str:
@@ -424,15 +428,16 @@ class Adapter:
             self._settle(opening)
         with self._reporting(episode, name, arguments) as result:
             session = episode.usable(name)
-            limit = episode.settings.tool_timeout
+            limit, own = episode.budgets.timeout(name)
             future = client.loop().submit(asyncio.wait_for(session.call_tool(name, _payload(arguments)), limit))
             try:
                 output = await asyncio.wrap_future(future)
             except TimeoutError:
-                raise ToolError(f"{name} failed: no answer within {limit:g}s (ORSGEN_TOOL_TIMEOUT)") from None
+                raise TimedOut(no_answer(name, limit) if own else
+                               f"{name} failed: no answer within {limit:g}s (ORSGEN_TOOL_TIMEOUT)") from None
             except failures() as exc:
                 raise self._failed(episode, name, exc) from None
-            result.append(episode.record(output))
+            result.extend(episode.record(name, output))
         return result[0]
 
     def _batch_turn(self) -> None:
@@ -463,31 +468,32 @@ class Adapter:
         episode, began = self._episode_now, time.perf_counter()
         try:
             session = episode.usable(name)
-            limit = episode.settings.tool_timeout
+            limit, own = episode.budgets.timeout(name)
             try:
                 output = await asyncio.wait_for(session.call_tool(name, arguments), limit)
             except TimeoutError:  # the text client.Loop.run gives an in-line call
-                raise self._failed(episode, name, TimeoutError(f"no answer within {limit:g}s (ORSGEN_TOOL_TIMEOUT)")
-                                   ) from None
+                raise self._timed_out(episode, name, limit, own,
+                                      TimeoutError(f"no answer within {limit:g}s (ORSGEN_TOOL_TIMEOUT)")) from None
             except failures() as exc:
                 raise self._failed(episode, name, exc) from None
-            result = episode.record(output)
+            result, cut = episode.record(name, output)
         except ToolError as exc:
             episode.called(name, arguments, began, None, exc)
             raise
-        episode.called(name, arguments, began, result, None)
+        episode.called(name, arguments, began, result, None, cut)
         return result
 
     @contextlib.contextmanager
     def _reporting(self, episode: Episode[Adapter], name: str, arguments: dict[str, Any]) -> Iterator[list[Any]]:
-        """Times a tool call and reports it (tool_call hook) with the result put in the list, or its ToolError."""
+        """Times a tool call and reports it (tool_call hook) with the result and its budget's cut put in the list,
+        or its ToolError."""
         began, result = time.perf_counter(), list[Any]()
         try:
             yield result
         except ToolError as exc:
             episode.called(name, _payload(arguments), began, None, exc)
             raise
-        episode.called(name, _payload(arguments), began, result[0], None)
+        episode.called(name, _payload(arguments), began, result[0], None, result[1])
 
     def _settle(self, opening: concurrent.futures.Future[Any]) -> None:
         """The session opened in the background (the first call waits, bounded); a failure or a stale prompt voids
@@ -519,6 +525,12 @@ class Adapter:
         that did not start, or whose live prompt differed, gives None, never `unscored_reward`."""
         if self._episode_now.opening is not None and self._episode_now.expected is not None:
             self._settle(self._episode_now.opening)
+
+    def _timed_out(self, episode: Episode[Adapter], name: str, limit: float, own: bool,
+                   exc: BaseException) -> TimedOut:
+        """The ToolError of a call with no answer within its bound: its tool's own timeout, or tool_timeout's (the
+        text a failed call has). The session is not ended: the server may still be running the tool."""
+        return TimedOut(no_answer(name, limit) if own else str(self._failed(episode, name, exc)))
 
     def _failed(self, episode: Episode[Adapter], name: str, exc: BaseException) -> ToolError:
         """The ToolError of a failed call. A tool that raised, or a session the server dropped, ends the session

@@ -15,8 +15,9 @@ import weakref
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from orsgen.runtime import client, hooks, trl
+from orsgen.runtime.budgets import NOTHING, Budgets, Cut
 from orsgen.runtime.content import content
-from orsgen.runtime.errors import ToolError
+from orsgen.runtime.errors import TimedOut, ToolError
 from orsgen.runtime.settings import DEFAULTS, Settings
 
 if TYPE_CHECKING:
@@ -31,16 +32,18 @@ class Unscored(enum.StrEnum):
     NOT_STARTED = "not_started"  # its session could not start
     STALE_PROMPT = "stale_prompt"  # the live prompt differed from the dataset's (open_in_background)
     NO_TOOL_SCORED = "no_tool_scored"  # it ran, but no tool returned a reward
-    TIMED_OUT = "timed_out"  # a tool was called after its episode_timeout (ORSGEN_EPISODE_TIMEOUT)
+    TIMED_OUT = "timed_out"  # a tool was called after its episode_timeout (ORSGEN_EPISODE_TIMEOUT, episode-timeout)
+    TOO_MANY_CALLS = "too_many_calls"  # a tool call past its max_tool_calls (ORSGEN_MAX_TOOL_CALLS, max-tool-calls)
 
 
 class Episode(Generic[A]):
     """One episode of one adapter (`adapter`), from its reset to its end."""
 
     def __init__(self, adapter: A, split: str, task_index: int | None = None, stream: str | None = None,
-                 settings: Settings = DEFAULTS, began: float | None = None) -> None:
+                 settings: Settings = DEFAULTS, began: float | None = None, budgets: Budgets | None = None) -> None:
         self._adapter = weakref.ref(adapter)  # the adapter holds its episode: no cycle, so `del adapter` closes it
         self.split, self.task_index, self.stream, self.settings = split, task_index, stream, settings
+        self.budgets = Budgets(None, settings) if budgets is None else budgets  # caps, timeouts, episode limits
         self.began = time.perf_counter() if began is None else began  # the reset's start
         self.session: AsyncSession | None = None
         # A session still opening, owned before it was requested (ahead.Planned): an interrupted reset leaves it here
@@ -58,6 +61,7 @@ class Episode(Generic[A]):
         self.gone: str | None = None  # the environment ended its session: the failed call that did
         self.closed: str | None = None  # why its session closed before the next reset
         self.calls = self.failures = 0
+        self.asked = 0  # tool calls the model made (max_tool_calls), those refused included
         self.claimed = False  # a reward function counted it: get_reward() gives None
         self.ended = task_index is None  # the episode_end hook ran (an adapter's first "episode" never began)
 
@@ -72,8 +76,9 @@ class Episode(Generic[A]):
         """Void the episode: every later call fails with `why`, its reward is None."""
         self.void, self.why = reason, why
 
-    def record(self, output: Any) -> Any:
-        """A tool's output: its reward, metadata and finished flag; what the model is shown."""
+    def record(self, name: str, output: Any) -> tuple[Any, Cut]:
+        """Tool `name`'s output: its reward, metadata and finished flag; what the model is shown (within the tool's
+        budget) and what the budget cut."""
         self.last_output = output
         self.rewards.append(output.reward)
         if output.reward is not None:
@@ -81,13 +86,18 @@ class Episode(Generic[A]):
         if output.metadata is not None:
             self.metadata = output.metadata
         self.finished = self.finished or bool(output.finished)
-        return content(output.blocks)
+        return self.budgets.cap(name, content(output.blocks))
 
     def usable(self, name: str) -> AsyncSession:
         """The session a call of tool `name` goes to, or the ToolError (one line) the model is shown instead."""
-        limit = self.settings.episode_timeout
+        self.asked += 1
+        limit = self.budgets.episode_timeout
         if self.why is None and limit is not None and time.perf_counter() - self.began > limit:
-            self.refuse(Unscored.TIMED_OUT, f"it ran past its {limit:g}s from reset (ORSGEN_EPISODE_TIMEOUT)")
+            self.refuse(Unscored.TIMED_OUT, f"it ran past its {limit:g}s from reset ({self.budgets.timeout_from})")
+        most = self.budgets.max_tool_calls
+        if self.why is None and most is not None and self.asked > most:
+            self.refuse(Unscored.TOO_MANY_CALLS, f"the model called tools more than its {most:,} times "
+                                                 f"({self.budgets.calls_from})")
         if self.why is not None:
             raise ToolError(f"{name}: this episode is not scored: {self.why}")
         if self.closed is not None:
@@ -138,14 +148,15 @@ class Episode(Generic[A]):
                                                            time.perf_counter() - self.began, self))
 
     def called(self, name: str, arguments: dict[str, Any], began: float, result: Any,
-               exc: BaseException | None) -> None:
+               exc: BaseException | None, cut: Cut = NOTHING) -> None:
         self.calls += 1
         self.failures += exc is not None
         if hooks.wanted("tool_call"):
             reward = None if exc is not None or self.last_output is None else self.last_output.reward
             hooks.emit("tool_call", hooks.ToolCall(self.adapter, name, arguments, result,
                                                    None if exc is None else str(exc), time.perf_counter() - began,
-                                                   reward, self.stream, self.finished, self))
+                                                   reward, self.stream, self.finished, self, cut.count, cut.unit,
+                                                   cut.images, isinstance(exc, TimedOut)))
 
     def end(self, value: float | None) -> None:
         """The episode's end, once: at its first reward read, else when it is closed."""

@@ -5,6 +5,11 @@ class ToolError(RuntimeError):
     """A failed tool call. TRL shows the message to the model and counts the call in tools/failure_frequency."""
 
 
+class TimedOut(ToolError):
+    """A tool call with no answer within its bound (the tool's own timeout, or ORSGEN_TOOL_TIMEOUT): abandoned, its
+    session still open (`hooks.ToolCall.timed_out`)."""
+
+
 class DriftError(RuntimeError):
     """The server's tools are not the ones pinned in the module: regenerate it (or set ORSGEN_DRIFT_CHECK=0)."""
 

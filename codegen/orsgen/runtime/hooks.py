@@ -47,7 +47,8 @@ class EpisodeStart(Generic[A]):
 
 @dataclass(frozen=True)
 class ToolCall(Generic[A]):
-    """One tool call the model made: its result, or the error the model was shown instead."""
+    """One tool call the model made: its result (as the model read it, within the tool's budget), or the error the
+    model was shown instead."""
 
     adapter: A
     name: str
@@ -59,6 +60,12 @@ class ToolCall(Generic[A]):
     stream: str | None = None  # "train" or "eval" inside a GRPOTrainer batch, else None
     finished: bool = False  # the episode was finished after this call (a tool said so, or the session ended)
     episode: Any = None
+    # What the tool's budget cut from the result before the model read it (budgets.py): `truncated` characters or
+    # tokens (`truncated_unit`: "characters", "tokens"; None: nothing cut), `images_left_out` images.
+    truncated: int = 0
+    truncated_unit: str | None = None
+    images_left_out: int = 0
+    timed_out: bool = False  # no answer within the call's bound (its tool's timeout, or ORSGEN_TOOL_TIMEOUT)
 
 
 @dataclass(frozen=True)

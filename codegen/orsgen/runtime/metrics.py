@@ -45,6 +45,11 @@ class _Counts:
     ahead_taken: int = 0
     ahead_unused: int = 0
     calls_ahead: int = 0  # tool calls started ahead of TRL's (calls.py)
+    outputs_truncated: int = 0  # tool results a budget cut (text or images) before the model read them
+    chars_cut: int = 0  # characters cut by max-output-chars
+    tokens_cut: int = 0  # tokens cut by max-output-tokens
+    images_left_out: int = 0
+    tool_timeouts: int = 0  # calls with no answer within their bound
     sessions_open: int = 0  # a level, not a count: the last flush's, summed over ranks
     reset_seconds: list[float] = field(default_factory=list)
     tool_seconds: list[float] = field(default_factory=list)
@@ -69,6 +74,8 @@ def figures(c: _Counts) -> dict[str, float]:
         "starts": c.starts, "start_failures": c.start_failures,
         "start_retries": c.start_retries, "capacity_refusals": c.capacity_refusals, "ahead/opened": c.ahead_opened,
         "ahead/taken": c.ahead_taken, "ahead/unused": c.ahead_unused, "calls_ahead": c.calls_ahead, "sessions_open": c.sessions_open,
+        "outputs_truncated": c.outputs_truncated, "chars_cut": c.chars_cut, "tokens_cut": c.tokens_cut,
+        "images_left_out": c.images_left_out, "tool_timeouts": c.tool_timeouts,
     })
     if c.episodes:
         out.update({"scored_fraction": c.scored / c.episodes, "finished_fraction": c.finished / c.episodes,
@@ -146,7 +153,13 @@ class EpisodeMetrics(TrainerCallback):  # type: ignore[misc]
             elif event == "episode_start":
                 self._since[self._mode(record.stream)].reset_seconds.append(record.seconds)
             elif event == "tool_call":
-                self._since[self._mode(record.stream)].tool_seconds.append(record.seconds)
+                c = self._since[self._mode(record.stream)]
+                c.tool_seconds.append(record.seconds)
+                c.outputs_truncated += bool(record.truncated or record.images_left_out)
+                c.chars_cut += record.truncated if record.truncated_unit == "characters" else 0
+                c.tokens_cut += record.truncated if record.truncated_unit == "tokens" else 0
+                c.images_left_out += record.images_left_out
+                c.tool_timeouts += record.timed_out
             elif event == "session_open":  # booked to the batch it was opened for, whenever it finished
                 c = self._since[self._mode(record.stream)]
                 c.starts += 1

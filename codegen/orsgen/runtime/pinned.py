@@ -36,6 +36,9 @@ class Pinned:
     task_classes: dict[int, str] = field(default_factory=dict)  # task -> adapter class (task-specific tools)
     task_tools_split: str | None = None
     default_class: str = ""
+    # Tool budgets the module pinned (`[tool.orsgen.targets.NAME]` max-output-chars, ..., and per tool under "tools"):
+    # {"max-output-chars": 20000, "truncate": "middle", ..., "tools": {"bash": {"timeout": 30.0}}}; empty: none.
+    budgets: dict[str, Any] = field(default_factory=dict)
     _sizes: dict[tuple[str | None, str], int] = field(default_factory=dict, repr=False)
     _tasks: dict[str, list[Any]] | None = field(default=None, repr=False)
     order: Order = field(default_factory=Order, repr=False)

@@ -2,9 +2,14 @@
 reset (`resolve`) into one `Settings` value the episode and the session opener read.
 
 A value comes from, first to last: the constructor (``Adapter(settings={...})``, or its own keyword such as
-``check_drift=``), the environment variable, the adapter class attribute, the default. Class attributes are runtime
-API 1's public names and never grow: a new setting is a row with a variable and a key, and a field of `Settings`.
-A value no episode could run with is refused in one line, before any request.
+``check_drift=``), the environment variable, the adapter class attribute, the default. The attributes `Adapter`
+declares are runtime API 1's public names and never grow: a new setting is a row and a field of `Settings`; one read
+from a class attribute too (the tool budgets') is read where a subclass sets it, never declared on `Adapter` (a tool
+method of that name would clash with it). A value no episode could run with is refused in one line, before any
+request.
+
+The tool budgets' values (`BUDGET`: a module's pinned `budgets`, and `tool_budgets`) are parsed here too, so a value
+is refused the same way wherever it comes from; budgets.py merges them.
 """
 
 from __future__ import annotations
@@ -39,6 +44,14 @@ class Settings:
     close_timeout: float = 10.0
     episode_timeout: float | None = None
     batch_calls: bool = True
+    # Tool budgets (budgets.py): None is the module's pinned value.
+    max_output_chars: int | None = None
+    max_output_tokens: int | None = None
+    tokenizer: str | None = None
+    truncate: str | None = None
+    max_images: int | None = None
+    max_tool_calls: int | None = None
+    tool_budgets: Mapping[str, Mapping[str, Any]] | None = None
 
 
 DEFAULTS = Settings()
@@ -137,6 +150,81 @@ def _count(value: Any, source: Source) -> int:
     return value
 
 
+def _at_least(least: int) -> Callable[[Any, Source], int | None]:
+    """A whole number, at least `least` (a variable's text is read as one); None: unset."""
+
+    def parse(value: Any, source: Source) -> int | None:
+        if value is None:
+            return None
+        if source == "variable" and isinstance(value, str):
+            try:
+                value = int(value.strip())
+            except ValueError:
+                pass
+        if not isinstance(value, int) or isinstance(value, bool) or value < least:
+            raise Refused(f"a whole number, {least} or more")
+        return value
+
+    return parse
+
+
+def _side(value: Any, source: Source) -> str | None:
+    if value is None or value in SIDES:
+        return value  # type: ignore[no-any-return]
+    raise Refused(f"one of {', '.join(map(repr, SIDES))}")
+
+
+def _name(value: Any, source: Source) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str | os.PathLike) or not str(value).strip():
+        raise Refused("a tokenizer's name or local path")
+    return str(value)
+
+
+def _timeout(value: Any, source: Source) -> float | None:
+    if value is None:
+        return None
+    seconds = float(value) if isinstance(value, int | float) and not isinstance(value, bool) else math.nan
+    if not 0 < seconds < math.inf:
+        raise Refused("a number of seconds above 0")
+    return seconds
+
+
+SIDES = ("head", "tail", "middle")  # what a cut keeps: the start, the end, both (the middle is cut)
+# A module's pinned budget keys ("tools": per tool, the TOOL_KEYS) and how each value is read.
+BUDGET: dict[str, Callable[[Any, Source], Any]] = {
+    "max-output-chars": _at_least(1), "max-output-tokens": _at_least(1), "tokenizer": _name, "truncate": _side,
+    "max-images": _at_least(0), "episode-timeout": _timeout, "max-tool-calls": _at_least(1), "timeout": _timeout,
+}
+TOOL_KEYS = ("max-output-chars", "max-output-tokens", "truncate", "max-images", "timeout")
+
+
+def budget(key: str, value: Any) -> Any:
+    """One budget value as pinned or given per tool (Refused/TypeError: why not)."""
+    if key not in BUDGET:
+        raise Refused(f"no budget {key!r}")
+    return BUDGET[key](value, "attribute")
+
+
+def _tool_budgets(value: Any, source: Source) -> Mapping[str, Mapping[str, Any]] | None:
+    if value is None:
+        return None
+    if not isinstance(value, Mapping) or not all(isinstance(v, Mapping) for v in value.values()):
+        raise Refused(f"{{tool name: {{key: value}}}}, the keys among {', '.join(TOOL_KEYS)}")
+    parsed: dict[str, dict[str, Any]] = {}
+    for tool, keys in value.items():
+        parsed[str(tool)] = {}
+        for key, given in keys.items():
+            if key not in TOOL_KEYS:
+                raise Refused(f"tool {tool!r}: no budget {key!r}: one of {', '.join(TOOL_KEYS)}")
+            try:
+                parsed[str(tool)][key] = budget(key, given)
+            except (Refused, TypeError) as exc:
+                raise Refused(f"tool {tool!r}: {key}: {exc}") from None
+    return parsed
+
+
 SETTINGS = (
     Setting("open_in_background", lambda v, s: bool(v), "with rows of dataset(prompts=True), reset() returns the "
             "pinned prompt at once and the session opens in the background", attribute="open_in_background"),
@@ -162,9 +250,27 @@ SETTINGS = (
     Setting("close_timeout", _seconds(DEFAULTS.close_timeout), "bound on closing a session",
             variable="ORSGEN_CLOSE_TIMEOUT"),
     Setting("episode_timeout", _limit, "seconds from reset: a tool call after them voids the episode (unscored "
-            "timed_out) and fails, as every later one does", variable="ORSGEN_EPISODE_TIMEOUT"),
+            "timed_out) and fails, as every later one does; None: the module's episode-timeout",
+            variable="ORSGEN_EPISODE_TIMEOUT"),
     Setting("batch_calls", _flag, "the first tool call of a GRPOTrainer turn starts the turn's calls of the batch's "
             "later rollouts at once (sync tools)", variable="ORSGEN_BATCH_CALLS"),
+    Setting("max_output_chars", _at_least(1), "characters of a tool's result the model reads: the rest is cut, "
+            "with a line saying so; None: the module's max-output-chars", attribute="max_output_chars",
+            variable="ORSGEN_MAX_OUTPUT_CHARS"),
+    Setting("max_output_tokens", _at_least(1), "the same in tokens of `tokenizer`; None: the module's "
+            "max-output-tokens", attribute="max_output_tokens"),
+    Setting("tokenizer", _name, "what max-output-tokens counts with: a name or local path, loaded once with "
+            "AutoTokenizer; None: the module's", attribute="tokenizer"),
+    Setting("truncate", _side, "what a cut result keeps: 'head' (its start), 'tail' (its end), 'middle' (both); "
+            "None: the module's, else 'middle'", attribute="truncate"),
+    Setting("max_images", _at_least(0), "images of a tool's result the model sees (the first ones); None: the "
+            "module's max-images", attribute="max_images"),
+    Setting("max_tool_calls", _at_least(1), "tool calls per episode: the next voids it (unscored too_many_calls) "
+            "and fails, as every later one does; None: the module's max-tool-calls", attribute="max_tool_calls",
+            variable="ORSGEN_MAX_TOOL_CALLS"),
+    Setting("tool_budgets", _tool_budgets, "{tool: {key: value}}, keys max-output-chars, max-output-tokens, "
+            "truncate, max-images, timeout (replaces tool_timeout): over the module's per-tool budgets and the "
+            "settings above", attribute="tool_budgets"),
 )
 BY_NAME = {row.name: row for row in SETTINGS}
 

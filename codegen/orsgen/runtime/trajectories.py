@@ -5,7 +5,8 @@ command write the same records; `build` is the one place a record is made.
 A record (schema "orsgen.trajectory/1"; docs/reference.md, "Trajectory records", has the table):
 
     schema, run, step, rank, stream, environment, adapter, split, task_index, task_spec, session, rollout, model,
-    prompt, completion, tool_calls[{name, arguments, result, error, seconds, reward, finished, cut}],
+    prompt, completion, tool_calls[{name, arguments, result, error, seconds, reward, finished, cut, truncated,
+    truncated_unit, images_left_out, timed_out}],
     reward, scored, unscored_reason, finished, start_error, error, usage, seconds{reset, tools, model, episode},
     ended_at
 
@@ -15,7 +16,8 @@ failed the episode; a trainer leaves them null.
 
 What a record holds is redacted before it leaves the process: every API key and secret value an adapter sends is
 replaced by "[secret]", wherever it appears (a tool that echoes its environment included). A tool result longer than
-`max_result_chars` keeps its head and tail around a marker that says how much was cut; `cut` counts it.
+`max_result_chars` keeps its head and tail around a marker that says how much was cut; `cut` counts it. What the
+tool's budget cut before the model read the result is another thing: `truncated` (and its unit), `images_left_out`.
 
 The writer never raises into training and never blocks it: records wait in a bounded queue (a full queue drops the
 record and counts it), the file is opened for appending, each batch of whole lines goes in one write, and a line
@@ -125,7 +127,9 @@ def build(start: hooks.EpisodeStart[Any] | None, calls: list[hooks.ToolCall[Any]
         "prompt": end.prompt if prompt is None else prompt,
         "completion": end.completion if completion is None else completion,
         "tool_calls": [{"name": call.name, "arguments": call.arguments, "result": call.result, "error": call.error,
-                        "seconds": round(call.seconds, 6), "reward": call.reward, "finished": call.finished, "cut": 0}
+                        "seconds": round(call.seconds, 6), "reward": call.reward, "finished": call.finished, "cut": 0,
+                        "truncated": call.truncated, "truncated_unit": call.truncated_unit,
+                        "images_left_out": call.images_left_out, "timed_out": call.timed_out}
                        for call in calls],
         "reward": None if error else end.reward, "scored": end.scored and not error,
         "unscored_reason": ENDPOINT_ERROR if error else end.reason, "finished": end.finished,
