@@ -249,7 +249,8 @@ class Adapter:
             messages.note(self.pinned.conversations, self._split, where.batch.rows if where.batch else [row])
             stream = where.batch.stream if where.batch is not None else None
             index = self._task(env, split, row, where, config)
-            episode = self._episode_now = Episode(self, split, index, stream, config, began, budgets)
+            group = where.batch.slot(where.batch.index).position if where.batch is not None else None
+            episode = self._episode_now = Episode(self, split, index, stream, config, began, budgets, group)
             batch = where.batch if config.open_ahead is not False else None
             first = batch is not None and not any(isinstance(a, Adapter) for a in batch.adapters[:batch.index])
             if batch is not None and first:  # what the last batch holds is closed before this one opens anything
@@ -309,18 +310,25 @@ class Adapter:
 
     def _task(self, env: AsyncEnvironment, split: str, row: Mapping[str, Any], where: trl.Place,
               config: settings.Settings, position: int | None = None, rounds_ahead: int = 0) -> int:
-        """The row's task_index; without one, the task of the rollout's slot in the trainer's batch."""
+        """The row's task_index; without one, the task of the rollout's slot in the trainer's batch (by
+        `task_order`: the seeded shuffle, or by difficulty in training's batches)."""
         if row.get("task_index") is not None:
+            if config.task_order != "shuffle":
+                client.once("task-order-rows", logging.INFO, "orsgen: task_order=%r orders environment-owned data "
+                            "only: the dataset's rows name their tasks", config.task_order)
             return int(row["task_index"])
         batch = where.batch
         if not where.placeable():
             raise RuntimeError(where.refusal())
-        if batch is None:
-            at = trl.Slot("train", 0)  # a look at a prompt outside training: shifts nothing
-        else:
-            at = batch.slot(batch.index if position is None else position, rounds_ahead)
         size = self.pinned.num_tasks(env, split, self._connection.url)
-        return self.pinned.order.task(split, size, config.task_seed, at)
+        if batch is None:  # a look at a prompt outside training: the first task of the order, shifting nothing
+            return self.pinned.order.task(split, size, config.task_seed, trl.Slot("train", 0))
+        at = batch.slot(batch.index if position is None else position, rounds_ahead)
+        if config.task_order == "difficulty" and at.stream == "train":
+            from orsgen.runtime import curriculum
+
+            curriculum.follow(trl.placed_trainer(), self.pinned)  # before any draw: a resume restores the order
+        return self.pinned.order.task(split, size, config.task_seed, at, config.task_order, config.task_pools)
 
     def _seat(self, env: AsyncEnvironment, split: str, index: int, stream: str | None,
               config: settings.Settings) -> ahead.Seat:

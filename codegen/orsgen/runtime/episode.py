@@ -40,9 +40,11 @@ class Episode(Generic[A]):
     """One episode of one adapter (`adapter`), from its reset to its end."""
 
     def __init__(self, adapter: A, split: str, task_index: int | None = None, stream: str | None = None,
-                 settings: Settings = DEFAULTS, began: float | None = None, budgets: Budgets | None = None) -> None:
+                 settings: Settings = DEFAULTS, began: float | None = None, budgets: Budgets | None = None,
+                 group: int | None = None) -> None:
         self._adapter = weakref.ref(adapter)  # the adapter holds its episode: no cycle, so `del adapter` closes it
         self.split, self.task_index, self.stream, self.settings = split, task_index, stream, settings
+        self.group = group  # its GRPO group in a trainer batch: the run-wide number in its stream (None: no batch)
         self.budgets = Budgets(None, settings) if budgets is None else budgets  # caps, timeouts, episode limits
         self.began = time.perf_counter() if began is None else began  # the reset's start
         self.session: AsyncSession | None = None

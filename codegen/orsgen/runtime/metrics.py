@@ -20,7 +20,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from orsgen.runtime import ahead, calls, client, hooks, sessions, trl
+from orsgen.runtime import ahead, calls, client, hooks, sessions, tasks, trl
 from orsgen.runtime.episode import Unscored
 
 PREFIX = "orsgen/"
@@ -53,10 +53,18 @@ class _Counts:
     sessions_open: int = 0  # a level, not a count: the last flush's, summed over ranks
     reset_seconds: list[float] = field(default_factory=list)
     tool_seconds: list[float] = field(default_factory=list)
+    groups: int = 0  # GRPO groups whose episodes ended (a group spanning ranks once)
+    zero_spread: int = 0  # those of them whose rewards did not spread (tasks.spreads)
+    # This rank's rewards by GRPO group since the last flush (merged over ranks into `groups`, `zero_spread`).
+    group_rewards: dict[int, list[float | None]] = field(default_factory=dict)
+    # The difficulty order's draws by pool (and by the floor) and its pools' sizes at the last round drawn: the
+    # same on every rank (each draws every group of a round), so one rank's, never summed.
+    draws: collections.Counter[str] = field(default_factory=collections.Counter)
+    pools: dict[str, int] = field(default_factory=dict)
 
     def add(self, other: _Counts) -> None:
         for f in fields(self):
-            if f.name == "sessions_open":
+            if f.name in ("sessions_open", "group_rewards", "draws", "pools"):
                 continue
             setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
 
@@ -84,6 +92,11 @@ def figures(c: _Counts) -> dict[str, float]:
     for name, samples in (("reset_seconds", c.reset_seconds), ("tool_seconds", c.tool_seconds)):
         if samples:
             out[f"{name}_p50"], out[f"{name}_p95"] = _percentile(samples, 0.5), _percentile(samples, 0.95)
+    if c.groups:
+        out["groups_zero_spread"] = c.zero_spread / c.groups
+    if c.pools:  # the difficulty order drew in this process (task_order = "difficulty")
+        out.update({f"pool/{pool}": c.pools.get(pool, 0) for pool in tasks.ROUTES})
+        out.update({f"draws/{route}": c.draws[route] for route in (*tasks.ROUTES, "floor")})
     return {PREFIX + key: float(value) for key, value in out.items()}
 
 
@@ -113,6 +126,7 @@ class EpisodeMetrics(TrainerCallback):  # type: ignore[misc]
         self._since: dict[str, _Counts] = {"train": _Counts(), "eval": _Counts()}  # this rank, since the last flush
         self._window: dict[str, _Counts] = {"train": _Counts(), "eval": _Counts()}  # every rank, this log window
         self._totals_seen = _totals()
+        self._draws_seen = collections.Counter(tasks.totals)
         self._trainer: weakref.ref[Any] | None = None
         me = weakref.ref(self)  # the hooks must not keep a finished run's callback alive
 
@@ -150,6 +164,9 @@ class EpisodeMetrics(TrainerCallback):  # type: ignore[misc]
                 c.failed_calls += record.failures
                 if record.reason is not None:
                     c.unscored[Unscored(record.reason)] += 1
+                group = getattr(record.episode, "group", None)
+                if group is not None:
+                    c.group_rewards.setdefault(group, []).append(record.reward)
             elif event == "episode_start":
                 self._since[self._mode(record.stream)].reset_seconds.append(record.seconds)
             elif event == "tool_call":
@@ -201,6 +218,10 @@ class EpisodeMetrics(TrainerCallback):  # type: ignore[misc]
             now - before for now, before in zip(seen, self._totals_seen, strict=True))
         self._totals_seen = seen
         mine.sessions_open = sessions.held()
+        if mode == "train":
+            drawn = collections.Counter(tasks.totals)
+            mine.draws, self._draws_seen = drawn - self._draws_seen, drawn
+            mine.pools = dict(tasks.levels)
         parts = trl.gather(trainer, mine)  # a collective: every rank flushes at the same step
         logged = trl.metrics_window(trainer, mode)
         if logged is None:
@@ -211,5 +232,13 @@ class EpisodeMetrics(TrainerCallback):  # type: ignore[misc]
         for part in parts:
             window.add(part)
         window.sessions_open = sum(p.sessions_open for p in parts)
+        merged: dict[int, list[float | None]] = {}
+        for part in parts:  # a group spanning ranks is one group
+            for group, rewards in part.group_rewards.items():
+                merged.setdefault(group, []).extend(rewards)
+        window.groups += len(merged)
+        window.zero_spread += sum(not tasks.spreads(rewards) for rewards in merged.values())
+        window.draws += parts[0].draws
+        window.pools = parts[0].pools or window.pools
         for key, value in figures(window).items():
             logged[key] = [value]

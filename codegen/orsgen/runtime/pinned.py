@@ -111,6 +111,7 @@ class Pinned:
         api_key: str | None = None,
         pass_rates: str | os.PathLike[str] | Mapping[Any, float] | None = None,
         keep: tuple[float, float] = (0.0, 1.0),
+        weight: bool | int = False,
     ) -> datasets.Dataset:
         """The tasks of a split as a ``datasets.Dataset`` for ``GRPOTrainer(train_dataset=...)``.
 
@@ -125,6 +126,8 @@ class Pinned:
         ``pass_rates`` (an ``orsgen eval --out`` folder, its ``summary.json``, a JSON file of task index -> pass rate,
         or such a mapping) keeps the tasks whose measured pass rate lies strictly between ``keep``'s bounds: by
         default those the model sometimes solves. It says how many it kept; unmeasured tasks are left out.
+        ``weight=True`` repeats each kept task's row in proportion to p(1-p), the reward variance of its groups
+        (4 rows at p = 0.5, at least 1; an int sets that 4), and says how many rows that made.
         """
         split = split or self.split
         pinned = self.splits()
@@ -141,4 +144,8 @@ class Pinned:
         except Exception as exc:
             self.sessions.check_server(url, exc)
             raise
-        return made if measured is None else rows.kept(made, measured, keep, split)
+        if measured is None:
+            if weight is not False:
+                raise ValueError("dataset(weight=...): weights come from measured pass rates: pass pass_rates= too")
+            return made
+        return rows.kept(made, measured, keep, split, weight)

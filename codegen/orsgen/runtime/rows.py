@@ -165,9 +165,15 @@ def pass_rates(source: str | os.PathLike[str] | Mapping[Any, float], environment
     return rates
 
 
-def kept(rows: datasets.Dataset, rates: Mapping[int, float], keep: tuple[float, float], split: str
-         ) -> datasets.Dataset:
-    """The rows whose task's pass rate lies strictly between `keep`'s bounds, and one line saying what was kept."""
+WEIGHT = 4  # weight=True: a task at pass rate 0.5 appears this many times
+
+
+def kept(rows: datasets.Dataset, rates: Mapping[int, float], keep: tuple[float, float], split: str,
+         weight: bool | int = False) -> datasets.Dataset:
+    """The rows whose task's pass rate lies strictly between `keep`'s bounds, and one line saying what was kept.
+    With `weight` (True, or the copies of a task at pass rate 0.5), each kept row appears in proportion to p(1-p),
+    the reward variance its GRPO groups would have: round(copies x 4p(1-p)) times, at least once; the copies are
+    spread out (every task once, then those with a second copy, ...), and a second line says how many rows."""
     try:
         low, high = (float(bound) for bound in keep)
     except (TypeError, ValueError):
@@ -187,4 +193,13 @@ def kept(rows: datasets.Dataset, rates: Mapping[int, float], keep: tuple[float, 
         raise ValueError(f"dataset(pass_rates=..., keep={keep!r}): no task of split {split!r} has a pass rate strictly "
                          f"between {low:g} and {high:g} ({below} at or below, {above} at or above, {unmeasured} not "
                          "measured): nothing to train on")
-    return rows.select(chosen)
+    if weight is False:
+        return rows.select(chosen)
+    most = WEIGHT if weight is True else weight
+    if isinstance(most, bool) or not isinstance(most, int) or most < 1:
+        raise ValueError(f"dataset(weight={weight!r}): True, or the copies of a task at pass rate 0.5 (1 or more)")
+    copies = {i: max(1, round(most * 4 * rates[indices[i]] * (1 - rates[indices[i]]))) for i in chosen}
+    spread = [i for n in range(max(copies.values())) for i in chosen if copies[i] > n]
+    log.warning("orsgen: dataset(): %d rows for %d tasks, weighted by p(1-p) (a task at pass rate 0.5 %d times, "
+                "each at least once)", len(spread), len(chosen), most)
+    return rows.select(spread)

@@ -17,13 +17,18 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 Source = Literal["argument", "variable", "attribute"]
 
 _WORDS: dict[str, bool] = {"0": False, "false": False, "no": False, "off": False,
                            "1": True, "true": True, "yes": True, "on": True}
+ORDERS = ("shuffle", "difficulty")  # task_order: the seeded shuffle, or the difficulty-aware order (tasks.py)
+# task_pools' keys and defaults: the pools' weights (any numbers >= 0, used in proportion), the floor (the share of
+# draws made uniformly over every task), the recent groups per task that decide its pool, and the reward at or above
+# which a task whose groups have no spread is easy (None: the highest reward the run has seen).
+POOLS: dict[str, Any] = {"normal": 0.9, "hard": 0.05, "easy": 0.05, "floor": 0.02, "recent": 4, "solved": None}
 
 
 @dataclass(frozen=True)
@@ -52,6 +57,9 @@ class Settings:
     max_images: int | None = None
     max_tool_calls: int | None = None
     tool_budgets: Mapping[str, Mapping[str, Any]] | None = None
+    # The task order of resets without task_index (tasks.py).
+    task_order: str = "shuffle"
+    task_pools: Mapping[str, Any] = field(default_factory=lambda: dict(POOLS))
 
 
 DEFAULTS = Settings()
@@ -225,6 +233,39 @@ def _tool_budgets(value: Any, source: Source) -> Mapping[str, Mapping[str, Any]]
     return parsed
 
 
+def _order(value: Any, source: Source) -> str:
+    word = str(value).strip().lower() if source == "variable" else value
+    if word not in ORDERS:
+        raise Refused(f"one of {', '.join(map(repr, ORDERS))}")
+    return str(word)
+
+
+def _pools(value: Any, source: Source) -> Mapping[str, Any]:
+    """task_pools: the defaults (POOLS), overridden key by key."""
+    if not isinstance(value, Mapping):
+        raise Refused(f"{{key: value}}, the keys among {', '.join(POOLS)}")
+    parsed = dict(POOLS)
+    for key, given in value.items():
+        if key not in POOLS:
+            raise Refused(f"no key {key!r}: one of {', '.join(POOLS)}")
+        number = isinstance(given, int | float) and not isinstance(given, bool) and math.isfinite(given)
+        if key == "recent":
+            if not (isinstance(given, int) and not isinstance(given, bool) and given >= 1):
+                raise Refused("recent: the groups per task that decide its pool, 1 or more")
+        elif key == "solved":
+            if given is not None and not number:
+                raise Refused("solved: a reward (a number), or None: the highest reward the run has seen")
+        elif key == "floor":
+            if not (number and 0 <= given <= 1):
+                raise Refused("floor: the share of draws made over every task, between 0 and 1")
+        elif not (number and given >= 0):
+            raise Refused(f"{key}: a weight, a number 0 or more")
+        parsed[key] = given
+    if not any(parsed[pool] > 0 for pool in ("normal", "hard", "easy")) and parsed["floor"] == 0:
+        raise Refused("every weight is 0 and the floor too: no task could be drawn")
+    return parsed
+
+
 SETTINGS = (
     Setting("open_in_background", lambda v, s: bool(v), "with rows of dataset(prompts=True), reset() returns the "
             "pinned prompt at once and the session opens in the background", attribute="open_in_background"),
@@ -271,6 +312,13 @@ SETTINGS = (
     Setting("tool_budgets", _tool_budgets, "{tool: {key: value}}, keys max-output-chars, max-output-tokens, "
             "truncate, max-images, timeout (replaces tool_timeout): over the module's per-tool budgets and the "
             "settings above", attribute="tool_budgets"),
+    Setting("task_order", _order, "environment-owned data: 'shuffle' (a seeded shuffle of the split per epoch) or "
+            "'difficulty' (training's groups drawn by how their tasks' recent groups rewarded them: Train on tasks "
+            "that teach)", attribute="task_order", variable="ORSGEN_TASK_ORDER"),
+    Setting("task_pools", _pools, "task_order = 'difficulty': the pools' weights (normal: rewards spread, hard, "
+            "easy), floor (a share of draws over every task), recent (groups per task that decide its pool), "
+            "solved (a flat task's reward from which it is easy; None: the best seen); keys override the defaults",
+            attribute="task_pools"),
 )
 BY_NAME = {row.name: row for row in SETTINGS}
 

@@ -26,6 +26,9 @@ What is assumed (TRL 1.13 to 1.16, read from their code and tested against the o
   same tasks (only the int is read; nothing of the frame is kept). Without that frame, batches at one global step are
   numbered on from the first.
 - Rewards are gathered rank-major and normalised in consecutive chunks of the group size, so a group may span ranks.
+- A resumed train() call (`resumed_from`): transformers' `Trainer._inner_training_loop(..., resume_from_checkpoint,
+  ...)` (5.16 to 5.24) is on the stack of every reset of a training batch, its `resume_from_checkpoint` local the
+  checkpoint folder it resumed from (a path; `True` was resolved before it), or None.
 - Trainer callbacks run on the trainer's thread, called from a trainer method; GRPOTrainer and AsyncGRPOTrainer keep
   `_metrics[mode]`, lists of values per name that `log()` reduces (a one-value list stays that value) and clears.
   AsyncGRPOTrainer (it has `rollout_worker`) runs its rollouts, and so the environments, in a spawned process.
@@ -63,6 +66,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import sys
 import threading
 import weakref
@@ -93,6 +97,7 @@ class Slot:
     stream: str
     position: int
     window: int = 1  # groups per step: no task repeats within any `window` consecutive positions
+    ahead: int = 0  # asked this many rounds before the slot's own (the look-ahead opens the next round's sessions)
 
 
 @dataclass(frozen=True)
@@ -120,7 +125,8 @@ class Batch:
     def slot(self, position: int, rounds_ahead: int = 0) -> Slot:
         """The slot of the rollout at `position` (of this batch, or of the one `rounds_ahead` later): a group that
         spans two ranks still gets one task."""
-        return Slot(self.stream, (self.first + rounds_ahead * self.width + position) // self.group, self.groups)
+        return Slot(self.stream, (self.first + rounds_ahead * self.width + position) // self.group, self.groups,
+                    rounds_ahead)
 
 
 @dataclass(frozen=True)
@@ -600,6 +606,22 @@ def trainer_of(callback: Any) -> Any | None:
         handler = getattr(owner, "callback_handler", None)
         if any(c is callback for c in getattr(handler, "callbacks", ())):
             return owner
+        frame = frame.f_back
+    return None
+
+
+def resumed_from(trainer: Any) -> str | None:
+    """The checkpoint folder the trainer's running train() call resumed from (see the docstring), None when it
+    began afresh or the loop is not on the stack."""
+    frame: Any = sys._getframe(1)
+    for _ in range(_DEPTH):
+        if frame is None:
+            return None
+        if frame.f_code.co_name == "_inner_training_loop" and _method(frame.f_code):
+            local = frame.f_locals
+            if local.get("self") is trainer:
+                found = local.get("resume_from_checkpoint")
+                return str(found) if isinstance(found, str | os.PathLike) else None
         frame = frame.f_back
     return None
 
