@@ -10,7 +10,9 @@ import logging
 import os
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 import pytest
 from orsgen.runtime import upload
@@ -260,22 +262,24 @@ seen = [{"method": s.method, "path": s.path, "headers": s.headers, "text": s.tex
         for s in (server.requests() if server else [])]
 if server:
     server.stop()
-print("RESULT " + json.dumps({"put": put, "close": close, "sent": up.sent, "dropped": up.dropped,
-                              "failed": up.failed, "imported": imported, "seen": seen}))
-sys.stdout.flush()
+with open(sys.argv[4], "w") as out:  # not stdout: the SDK's threads print there, a line may be cut into
+    json.dump({"put": put, "close": close, "sent": up.sent, "dropped": up.dropped, "failed": up.failed,
+               "imported": imported, "seen": seen}, out)
 """
 
 
 def run(mode: str, timeout: float, wait: bool = False):
     env = {**os.environ, "OPENREWARD_API_KEY": CANARY, "PYTHONPATH": os.pathsep.join([str(ROOT / "codegen"),
                                                                                          str(ROOT)])}
-    began = time.monotonic()
-    argv = [sys.executable, "-c", SCRIPT, mode, str(timeout), "wait" if wait else "now"]
-    done = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=ROOT, timeout=120, check=False)
-    wall = time.monotonic() - began
-    assert done.returncode == 0, done.stderr
-    line = next(x for x in done.stdout.splitlines() if x.startswith("RESULT "))
-    return json.loads(line.removeprefix("RESULT ")), done.stdout.replace(line, ""), done.stderr, wall
+    with tempfile.TemporaryDirectory() as folder:
+        out = Path(folder) / "result.json"
+        began = time.monotonic()
+        argv = [sys.executable, "-c", SCRIPT, mode, str(timeout), "wait" if wait else "now", str(out)]
+        done = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=ROOT, timeout=120, check=False)
+        wall = time.monotonic() - began
+        assert done.returncode == 0, done.stderr
+        assert out.exists(), done.stdout + done.stderr
+        return json.loads(out.read_text()), done.stdout, done.stderr, wall
 
 
 @pytest.mark.parametrize(("mode", "timeout", "wait", "counted"), [
