@@ -3,6 +3,7 @@ spawned child as is, so a test reads its rollout buffer, its loop and what it ra
 
 import contextlib
 import inspect
+import math
 import multiprocessing as mp
 import os
 import queue
@@ -95,4 +96,23 @@ def run_worker(until, *, timeout: float, **loop_kwargs: Any) -> Run:
             run.metrics.append(metrics.get(timeout=0.2))
         except queue.Empty:
             break
+    for left in (rollout_buffer, exception_info, metrics):  # what the worker put after `until`: never read, and a
+        left.cancel_join_thread()  # full pipe would hold this process's exit on the queue's feeder thread
     return run
+
+
+def log_window(metrics_queue: Any) -> dict[str, float]:
+    """One logging window of AsyncGRPOTrainer's `log()` (TRL 1.13 to 1.16): drain `metrics_queue` with `get_nowait()`
+    until `queue.Empty`, a list of values per name, each reduced with TRL's own `_reduce_metric`. (The trainer itself
+    cannot be built here: its constructor reads the GPU's peak FLOPs.)"""
+    from trl.experimental.async_grpo.async_grpo_trainer import _reduce_metric
+
+    values: dict[str, list[Any]] = {}
+    while True:
+        try:
+            for key, value in metrics_queue.get_nowait().items():
+                values.setdefault(key, []).append(value)
+        except queue.Empty:
+            break
+    valid = {key: [v for v in found if isinstance(v, tuple) or not math.isnan(v)] for key, found in values.items()}
+    return {key: _reduce_metric(key, found) for key, found in valid.items() if found}
