@@ -5,7 +5,6 @@ counted) and `AsyncRolloutWorker` with its spawned child; the trainer's drain is
 (tests/harness/async_worker.log_window). What is counted is checked against the server's log and the worker's own
 calls of `get_reward()`."""
 
-import contextlib
 import importlib
 import json
 import queue
@@ -19,7 +18,7 @@ from orsgen.runtime import worker_metrics
 
 from examples import tiny
 from tests.harness import servers
-from tests.harness.async_worker import accepted, log_window, run_worker
+from tests.harness.async_worker import accepted, cause_line, collect, log_window, run_worker, stop
 from tests.harness.completions import serving
 from tests.harness.generation import in_process, load
 from tests.harness.trainers import tool_methods
@@ -173,23 +172,19 @@ def test_async_rollout_worker_child_counts_and_records_with_its_policy_version(q
         worker.start()
         Trainer(worker, callback).step_end()  # the first step's end: EpisodeMetrics puts its Drain in
         assert isinstance(worker.metrics_queue, worker_metrics.Drain)
-        samples: list[Any] = []
         logged: list[dict[str, float]] = []
+
+        def sync_once(samples: list[Any]) -> None:
+            if len(samples) >= 8 and worker.model_version == 3:
+                worker.update_model_version(5)  # a weight sync
+                logged.append(log_window(worker.metrics_queue))
+
         try:
-            deadline = time.monotonic() + 120
-            while not complete_groups(4, 4)(samples):
-                worker.check_health(stale_after_s=60)
-                assert time.monotonic() < deadline, f"only {len(samples)} samples"
-                with contextlib.suppress(queue.Empty):
-                    samples.append(worker.rollout_buffer.get(timeout=0.5))
-                if len(samples) == 8 and worker.model_version == 3:
-                    worker.update_model_version(5)  # a weight sync
-                    logged.append(log_window(worker.metrics_queue))
+            samples = collect(worker, complete_groups(4, 4), each=sync_once)
         finally:
-            child = worker._process
-            worker.stop()
+            child, left = stop(worker)
         assert child is not None and child.exitcode == 0
-        logged.append(log_window(worker.metrics_queue))  # what the child put before it exited
+        logged += windows(left, 1)  # what the child put until it exited
     creates = server.creates()[creates_before:]
     recorder.close()
     del callback
@@ -252,21 +247,13 @@ def test_a_group_the_worker_cannot_match_stops_it_with_one_line_and_stop_returns
             }, arw.AsyncRolloutWorker, arw._AsyncRolloutLoop))
             worker.start()
             try:
-                deadline = time.monotonic() + 60
                 with pytest.raises(RuntimeError, match="child has failed") as failure:
-                    while time.monotonic() < deadline:
-                        worker.check_health(stale_after_s=60)
-                        with contextlib.suppress(queue.Empty):
-                            worker.rollout_buffer.get(timeout=0.2)
+                    collect(worker, lambda samples: False, timeout=60)
             finally:
                 stopping = time.monotonic()
-                worker.stop()
+                stop(worker)
             assert time.monotonic() - stopping < 25  # joined, or terminated after TRL's 15 s: never waiting for ever
-        cause = failure.value.__cause__
-        if cause is None:  # TRL's race: the child sets the failed event before its queue's feeder thread has written
-            type_name, message, _ = worker._exception_info_queue.get(timeout=10)
-            cause = f"{type_name}: {message}"
-        first = str(cause).splitlines()[0]
+        first = cause_line(worker, failure.value)
         assert first.startswith("RuntimeError: group_reward: AsyncGRPOTrainer's worker asked for the scores of a group")
         assert "pass the module's group_reward itself in reward_funcs" in first
         assert not log.exists()  # nothing was posted

@@ -107,6 +107,9 @@ class EpisodeMetrics(TrainerCallback):  # type: ignore[misc]
             holder = trl.worker_figures(trainer) if mode == "train" else None
             if holder is not None:
                 worker_metrics.install(holder)
+            elif mode == "train" and trainer.accelerator.is_main_process:
+                client.once("metrics-off", logging.WARNING, "orsgen: EpisodeMetrics logs nothing: %s's rollout_worker "
+                            "has no metrics_queue (TRL's AsyncRolloutWorker has)", type(trainer).__name__)
             return
         with self._lock:
             mine, self._since[mode] = self._since[mode], Counts()

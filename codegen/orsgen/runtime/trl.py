@@ -632,17 +632,22 @@ def worker() -> Worker | None:
     """This process's AsyncGRPO rollout worker, when TRL's `_child_main` is running on one of its threads (the main
     one in the spawned worker), else None. Looked up at each call (a few frames per thread): a worker run in a thread
     ends, and another may follow in the same process."""
-    for top in list(sys._current_frames().values()):
-        frame: Any = top
-        for _ in range(_DEPTH):
-            if frame is None:
-                break
-            if frame.f_code.co_name == "_child_main" and str(frame.f_globals.get("__name__", "")).startswith("trl."):
-                local = frame.f_locals
-                if "metrics_queue" in local and "model_version_value" in local:
-                    return Worker(local["metrics_queue"], local["model_version_value"], local.get("rollout_loop"))
-            frame = frame.f_back
-    return None
+    tops: Any = list(sys._current_frames().values())
+    frame: Any = None
+    try:
+        for top in tops:
+            frame = top
+            for _ in range(_DEPTH):
+                if frame is None:
+                    break
+                if frame.f_code.co_name == "_child_main" and str(frame.f_globals.get("__name__", "")).startswith("trl."):
+                    local = frame.f_locals
+                    if "metrics_queue" in local and "model_version_value" in local:
+                        return Worker(local["metrics_queue"], local["model_version_value"], local.get("rollout_loop"))
+                frame = frame.f_back
+        return None
+    finally:  # this very frame is among them: kept in its own locals, it would keep every caller's locals alive
+        tops = top = frame = None
 
 
 @dataclass(frozen=True)
