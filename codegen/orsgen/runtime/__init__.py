@@ -46,7 +46,7 @@ def __getattr__(name: str) -> Any:
 
 
 from_environment()  # ORSGEN_TRAJECTORIES: this process records too (AsyncGRPOTrainer's worker, or set by hand)
-count_for_trainer()  # ORSGEN_EPISODE_METRICS: this process counts its episodes for a trainer (AsyncGRPOTrainer's worker)
+count_for_trainer()  # ORSGEN_EPISODE_METRICS: this process counts its episodes for a trainer (AsyncGRPO's worker)
 
 
 def require(api: int, module: str) -> None:

@@ -4,8 +4,8 @@ command write the same records; `build` is the one place a record is made.
 
 A record (schema "orsgen.trajectory/1"; docs/reference.md, "Trajectory records", has the table):
 
-    schema, run, step, policy_version, rank, stream, environment, adapter, split, task_index, task_spec, session, rollout, model,
-    prompt, completion, tool_calls[{name, arguments, result, error, seconds, reward, finished, cut, truncated,
+    schema, run, step, policy_version, rank, stream, environment, adapter, split, task_index, task_spec, session,
+    rollout, model, prompt, completion, tool_calls[{name, arguments, result, error, seconds, reward, finished, cut, truncated,
     truncated_unit, images_left_out, timed_out}],
     reward, scored, unscored_reason, finished, start_error, error, usage, seconds{reset, tools, model, episode},
     ended_at

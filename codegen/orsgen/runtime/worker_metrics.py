@@ -3,9 +3,10 @@
 In the worker: `EpisodeMetrics()` sets ORSGEN_EPISODE_METRICS in the trainer's process, the spawned worker inherits
 it, and the runtime there (`from_environment`) counts the worker's episodes; at each episode's end (and each session
 start) it puts the counts since the last put on TRL's own channel, the worker's metrics queue (trl.worker), never
-blocking (a full queue: the next put carries them). In the trainer: TRL's `log()` drains that queue through `Drain`, which takes orsgen's counts
-out and gives TRL, once per drain (one logging window), the window's `orsgen/...` figures, one value each: what
-EpisodeMetrics writes under GRPOTrainer, over the episodes the worker ended in the window.
+blocking (a full queue: the next put carries them). In the trainer: TRL's `log()` drains that queue through `Drain`,
+which takes orsgen's counts out and gives TRL, once per drain (one logging window), the window's `orsgen/...`
+figures, one value each: what EpisodeMetrics writes under GRPOTrainer, over the episodes the worker ended in the
+window.
 """
 
 from __future__ import annotations
