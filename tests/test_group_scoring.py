@@ -192,3 +192,36 @@ def test_asyncgrpo_rollout_worker_scores_each_group_once_on_one_of_its_sessions(
         assert not [e for e in events[:at] if e["request"] == "POST /delete" and e["session"] == event["session"]]
     settle()
     assert server.open_sessions() == []
+
+
+def judge(answers: list[str | None], right: str) -> list[float]:
+    """tests/envs/judged.py's judgement: 1.0 for the shortest correct answer(s), 0.5 for a longer correct one, 0.25
+    for a wrong one, 0.0 for none."""
+    correct = [a for a in answers if a is not None and right in a.lower()]
+    best = min(map(len, correct)) if correct else None
+    return [0.0 if a is None else 0.25 if a not in correct else 1.0 if len(a) == best else 0.5 for a in answers]
+
+
+def test_asyncgrpo_worker_leaves_a_rollout_that_never_started_out_of_its_groups_request(tmp_path):
+    """The second reset on task 0 never starts (tests/envs/judged_flaky.py): that rollout is not sent and gets None;
+    its group's three others are compared among themselves, on one of their sessions."""
+    log = tmp_path / "judged.jsonl"
+    counted = {"ORSGEN_COUNT_REQUESTS": "1", "JUDGED_LOG": str(log), "JUDGED_SETUPS": str(tmp_path / "setups")}
+    with servers.running("tests.envs.judged_flaky:JudgedFlaky", env=counted) as server:
+        path = tmp_path / "judged_flaky_worker.py"
+        assert orsgen(server.url, "-o", str(path)).returncode == 0
+        run = subprocess.run([sys.executable, "-m", "tests.harness.group_scoring", "async", str(path), "Judgedflaky"],
+                             check=False, capture_output=True, text=True, timeout=300)
+        assert run.returncode == 0, run.stderr[-3000:]
+        (line,) = records(run.stdout, "error")
+        assert line["error"] == "NoneType" and not line["failed"], line
+        first = [s for s in line["samples"] if s["group"] == 0]
+        never = [k for k, s in enumerate(first) if "could not start" in (s["result"] or "")]
+        assert len(first) == 4 and len(never) == 1, first
+        started = [k for k in range(4) if k not in never]
+        (request, *_) = requests_of(log)
+        assert request["task"] == 0 and [c["metadata"] for c in request["candidates"]] == [{"rollout": k} for k in started]
+        expected = judge([first[k]["answer"] for k in started], "paris")
+        assert [first[k]["score"] for k in started] == expected and first[never[0]]["score"] is None
+        settle()
+        assert server.open_sessions() == []

@@ -77,10 +77,11 @@ def main(module_path: str, out_dir: str, tasks: str, per_device: str) -> None:
                       "steps": trainer.state.global_step})
 
 
-def async_worker(module_path: str) -> None:
+def async_worker(module_path: str, name: str = "Judged") -> None:
     """TRL's AsyncGRPO rollout worker (driven as tests/test_async_grpo.py drives it) with group_reward in its
-    reward_funcs, in a process of its own, on tasks 0 and 2 (whose judge fails): the n-th rollout of a question
-    answers ANSWERS[n % 4]. Prints how the worker ended and, per sample, its group, answer and group_reward score."""
+    reward_funcs, in a process of its own, on tasks 0 and 2 (whose judge fails) of the module's class `name`: the n-th
+    rollout of a question answers ANSWERS[n % 4]. Prints how the worker ended and, per sample, its group, answer,
+    tool result and group_reward score."""
     import math
 
     from orsgen.runtime import open_sessions
@@ -95,7 +96,7 @@ def async_worker(module_path: str) -> None:
     rows = module.dataset(indices=[0, 2], prompts=True)
     tok = tiny.tokenizer([[*row["prompt"][:-1], *tiny.conversation(row["task_prompt"], "answer", {"text": a},
                                                                    "correct")]
-                          for row in rows for a in ("Paris", "Rome")], tool_methods(module.Judged()))
+                          for row in rows for a in ("Paris", "Rome")], tool_methods(getattr(module, name)()))
     asked: dict[str, int] = {}
 
     def script(prompt_text: str) -> str:
@@ -113,7 +114,7 @@ def async_worker(module_path: str) -> None:
         run = run_worker(
             two_groups, timeout=90,
             model_name="tiny", dataset=rows, reward_funcs=[module.group_reward], processing_class=tok,
-            eos_token_ids=[tok.eos_token_id], environment_factory=module.Judged, num_generations=4,
+            eos_token_ids=[tok.eos_token_id], environment_factory=getattr(module, name), num_generations=4,
             max_inflight_tasks=4, vllm_server_url=completions.url, max_tokens=64, max_tool_calling_iterations=1,
         )
     module.close_all()
@@ -123,8 +124,9 @@ def async_worker(module_path: str) -> None:
         arguments = calls[0]["function"]["arguments"] if calls else None
         arguments = json.loads(arguments) if isinstance(arguments, str) else arguments
         score = s.metrics["rewards/group_reward"]
+        results = [m["content"] for m in s.completion if m["role"] == "tool"]
         samples.append({"group": s.group_id, "task": s.prompt[-1]["content"],
-                        "answer": arguments.get("text") if arguments else None,
+                        "answer": arguments.get("text") if arguments else None, "result": results[0] if results else None,
                         "score": None if math.isnan(score) else score})
     emit({"error": type(run.error).__name__, "message": str(run.error), "failed": run.failed,
           "samples": samples, "open_sessions": open_sessions()})
@@ -135,6 +137,6 @@ if __name__ == "__main__":
         import faulthandler
 
         faulthandler.dump_traceback_later(240, exit=True)  # a hang shows its threads' stacks (the test waits 300 s)
-        async_worker(sys.argv[2])
+        async_worker(*sys.argv[2:4])
     else:
         main(*sys.argv[1:5])
