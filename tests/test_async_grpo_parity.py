@@ -127,8 +127,8 @@ def test_the_workers_figures_reach_the_trainers_log_and_match_the_server(quiz):
 
 
 class Trainer:
-    """What EpisodeMetrics reads of AsyncGRPOTrainer, which cannot be built here (its constructor reads the GPU's
-    peak FLOPs): its rollout worker, its `_metrics`, the main process; the callback finds it as it finds the real one,
+    """What EpisodeMetrics reads of AsyncGRPOTrainer, which cannot be built on a CPU (FlashAttention; 1.16 also reads
+    the GPU's peak FLOPs): its rollout worker, its `_metrics`, the main process; the callback finds it as it finds the real one,
     the `self` up the stack whose callback handler holds it."""
 
     def __init__(self, worker: Any, callback: Any) -> None:

@@ -104,7 +104,8 @@ def run_worker(until, *, timeout: float, **loop_kwargs: Any) -> Run:
 def log_window(metrics_queue: Any) -> dict[str, float]:
     """One logging window of AsyncGRPOTrainer's `log()` (TRL 1.13 to 1.16): drain `metrics_queue` with `get_nowait()`
     until `queue.Empty`, a list of values per name, each reduced with TRL's own `_reduce_metric`. (The trainer itself
-    cannot be built here: its constructor reads the GPU's peak FLOPs.)"""
+    cannot be built on a CPU: its constructor loads the model with FlashAttention, and 1.16's reads the GPU's peak
+    FLOPs.)"""
     from trl.experimental.async_grpo.async_grpo_trainer import _reduce_metric
 
     values: dict[str, list[Any]] = {}
