@@ -9,11 +9,9 @@ client talks to the scripted server exactly as it talks to vLLM (it calls nothin
 """
 
 import asyncio
-import contextlib
 import inspect
 import itertools
 import json
-import queue
 import threading
 import time
 from typing import Any, ClassVar
@@ -23,7 +21,7 @@ from orsgen.runtime import episode_of
 
 from examples import tiny
 from tests.harness import servers
-from tests.harness.async_worker import accepted, run_worker
+from tests.harness.async_worker import accepted, cause_line, collect, run_worker, stop
 from tests.harness.completions import serving
 from tests.harness.generation import in_process, load
 from tests.harness.trainers import tool_methods
@@ -371,18 +369,11 @@ def test_async_rollout_worker_in_its_spawned_child(quiz_async, monkeypatch, tmp_
         started = time.monotonic()
         worker.start()
         ready = time.monotonic() - started
-        samples: list[Any] = []
         try:
-            deadline = time.monotonic() + 120
-            while not complete_groups(3, 4)(samples):
-                worker.check_health(stale_after_s=60)
-                assert time.monotonic() < deadline, f"only {len(samples)} samples"
-                with contextlib.suppress(queue.Empty):
-                    samples.append(worker.rollout_buffer.get(timeout=0.5))
-            worker.check_health(stale_after_s=60)
+            samples = collect(worker, complete_groups(3, 4))
         finally:
-            child, stopping = worker._process, time.monotonic()
-            worker.stop()
+            stopping = time.monotonic()
+            child, _ = stop(worker)
         stopped_in = time.monotonic() - stopping
         print(f"spawned worker: ready in {ready:.1f}s, 3 groups in {stopping - started - ready:.1f}s, "
               f"stopped in {stopped_in:.1f}s")
@@ -427,10 +418,6 @@ def test_async_rollout_worker_in_its_spawned_child(quiz_async, monkeypatch, tmp_
                     time.sleep(0.2)
         finally:
             worker.stop()
-        cause = failure.value.__cause__
-        if cause is None:  # TRL's race: the child sets the failed event before its queue's feeder thread has written
-            type_name, message, _ = worker._exception_info_queue.get(timeout=10)  # flushed when the child exited
-            cause = f"{type_name}: {message}"
-        first_line = str(cause).splitlines()[0]
+        first_line = cause_line(worker, failure.value)
         assert first_line.startswith("RuntimeError: reset() without task_index") and "train_dataset=dataset()" in first_line
         assert len(completions.requests) == asked  # nothing was generated

@@ -12,7 +12,7 @@ from typing import ClassVar
 
 import pytest
 from orsgen.runtime import settings
-from orsgen.runtime.metrics import _Counts, figures
+from orsgen.runtime.counts import Counts, figures
 from orsgen.runtime.rows import kept
 from orsgen.runtime.tasks import Difficulty, Order, Pools, spreads
 from orsgen.runtime.trl import Slot
@@ -258,7 +258,7 @@ def test_a_dataset_weighted_by_pass_rates_repeats_the_tasks_that_spread_most(cap
 
 
 def test_the_zero_spread_figure_is_the_windows_flat_groups_over_its_groups():
-    assert figures(_Counts(groups=8, zero_spread=2))["orsgen/groups_zero_spread"] == 0.25
-    assert "orsgen/groups_zero_spread" not in figures(_Counts())
-    assert not any("/pool/" in k or "/draws/" in k for k in figures(_Counts(groups=1)))  # the shuffle draws no pools
+    assert figures(Counts(groups=8, zero_spread=2))["orsgen/groups_zero_spread"] == 0.25
+    assert "orsgen/groups_zero_spread" not in figures(Counts())
+    assert not any("/pool/" in k or "/draws/" in k for k in figures(Counts(groups=1)))  # the shuffle draws no pools
 

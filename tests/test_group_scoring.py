@@ -109,11 +109,11 @@ def test_an_environment_without_group_scoring_leaves_groups_unscored_with_one_wa
         assert trainer.state.global_step == 1 and server.open_sessions() == []
 
 
-def test_without_environments_group_reward_refuses_in_one_line(generate, judged):
-    """AsyncGRPOTrainer passes reward functions no `environments`."""
+def test_without_environments_outside_asyncgrpos_worker_group_reward_refuses_in_one_line(generate, judged):
+    """Neither GRPOTrainer's environments nor AsyncGRPOTrainer's worker: no group can be known."""
     server, _ = judged
     mod = generate(server.url, name="judged_async")
-    with pytest.raises(RuntimeError, match="AsyncGRPOTrainer does not") as refused:
+    with pytest.raises(RuntimeError, match="this call has neither") as refused:
         mod.group_reward(prompts=[[]], completions=[[]])
     assert "\n" not in str(refused.value)
     with pytest.raises(RuntimeError, match="GRPOTrainer\\(reward_funcs"):  # outside a trainer: no groups known
@@ -154,10 +154,11 @@ def test_two_ranks_score_their_own_groups_and_a_group_split_across_ranks_is_refu
     assert len(requests_of(log)) == 4  # nothing was sent for a split group
 
 
-def test_asyncgrpo_rollout_worker_refuses_group_reward_in_one_line(judged, tmp_path):
+def test_asyncgrpo_rollout_worker_scores_each_group_once_on_one_of_its_sessions(judged, tmp_path):
     """TRL's AsyncGRPO rollout worker, run for real as tests/test_async_grpo.py runs it (in a process of its own
-    here): it scores each group through reward_funcs but passes no `environments`, so group_reward stops it with one
-    line and nothing is sent."""
+    here), with group_reward in its reward_funcs: it passes no `environments`, so each rollout is matched to its
+    episode when it ends (scoring.py). One request per group, its candidates the group's rollouts in the order TRL
+    scores them, the scores TRL trained on index-aligned; None (not 0) for the group whose judge failed."""
     server, log = judged
     path = tmp_path / "judged_worker.py"  # sync tools: TRL 1.13's worker refuses async ones
     assert orsgen(server.url, "-o", str(path)).returncode == 0
@@ -165,8 +166,62 @@ def test_asyncgrpo_rollout_worker_refuses_group_reward_in_one_line(judged, tmp_p
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-3000:]
     (line,) = records(run.stdout, "error")
-    assert line["error"] == "RuntimeError" and line["failed"] and line["samples"] == 0, line
-    assert "\n" not in line["message"] and "AsyncGRPOTrainer does not" in line["message"]
-    assert requests_of(log) == []
+    assert line["error"] == "NoneType" and not line["failed"], line
+    assert line["open_sessions"] == 0
+    seen = requests_of(log)
+    by_group: dict[int, list[dict]] = {}
+    for sample in line["samples"]:
+        by_group.setdefault(sample["group"], []).append(sample)
+    worth = {"Paris": 1.0, "It is Paris": 0.5, "Rome": 0.25, None: 0.0}  # the judge, on task 0 (tests/envs/judged.py)
+    assert sorted(map(str, (s["answer"] for s in by_group[0]))) == sorted(map(str, ANSWERS))
+    assert all(s["score"] == worth[s["answer"]] for s in by_group[0]), by_group[0]
+    assert all(s["score"] is None for s in by_group[1]), by_group[1]  # the failing judge: None, never 0
+    # One request per group TRL scored, in the order it scored them, each holding that group's rollouts.
+    assert [r["task"] for r in seen[:2]] == [0, 2]
+    assert len(seen) - len(by_group) in (0, 1, 2), (len(seen), sorted(by_group))  # later groups, scored at the stop
+    first = seen[0]["candidates"]  # every rollout started: all four are candidates, in the samples' order
+    assert [c["metadata"] for c in first] == [{"rollout": k} for k in range(4)]
+    sent = [next((b["input"]["text"] for t in c["messages"] for b in t["blocks"] if b["type"] == "tool_call"), None)
+            for c in first]
+    assert sent == [s["answer"] for s in by_group[0]]
+    # Each request went out on a session of its group that was still open; every session was closed afterwards.
+    events = server.log()
+    posted = [(at, e) for at, e in enumerate(events) if e["request"] == "POST /judged/score_group"]
+    assert len(posted) == len(seen)
+    for at, event in posted:
+        assert not [e for e in events[:at] if e["request"] == "POST /delete" and e["session"] == event["session"]]
     settle()
     assert server.open_sessions() == []
+
+
+def judge(answers: list[str | None], right: str) -> list[float]:
+    """tests/envs/judged.py's judgement: 1.0 for the shortest correct answer(s), 0.5 for a longer correct one, 0.25
+    for a wrong one, 0.0 for none."""
+    correct = [a for a in answers if a is not None and right in a.lower()]
+    best = min(map(len, correct)) if correct else None
+    return [0.0 if a is None else 0.25 if a not in correct else 1.0 if len(a) == best else 0.5 for a in answers]
+
+
+def test_asyncgrpo_worker_leaves_a_rollout_that_never_started_out_of_its_groups_request(tmp_path):
+    """The second reset on task 0 never starts (tests/envs/judged_flaky.py): that rollout is not sent and gets None;
+    its group's three others are compared among themselves, on one of their sessions."""
+    log = tmp_path / "judged.jsonl"
+    counted = {"ORSGEN_COUNT_REQUESTS": "1", "JUDGED_LOG": str(log), "JUDGED_SETUPS": str(tmp_path / "setups")}
+    with servers.running("tests.envs.judged_flaky:JudgedFlaky", env=counted) as server:
+        path = tmp_path / "judged_flaky_worker.py"
+        assert orsgen(server.url, "-o", str(path)).returncode == 0
+        run = subprocess.run([sys.executable, "-m", "tests.harness.group_scoring", "async", str(path), "Judgedflaky"],
+                             check=False, capture_output=True, text=True, timeout=300)
+        assert run.returncode == 0, run.stderr[-3000:]
+        (line,) = records(run.stdout, "error")
+        assert line["error"] == "NoneType" and not line["failed"], line
+        first = [s for s in line["samples"] if s["group"] == 0]
+        never = [k for k, s in enumerate(first) if "could not start" in (s["result"] or "")]
+        assert len(first) == 4 and len(never) == 1, first
+        started = [k for k in range(4) if k not in never]
+        (request, *_) = requests_of(log)
+        assert request["task"] == 0 and [c["metadata"] for c in request["candidates"]] == [{"rollout": k} for k in started]
+        expected = judge([first[k]["answer"] for k in started], "paris")
+        assert [first[k]["score"] for k in started] == expected and first[never[0]]["score"] is None
+        settle()
+        assert server.open_sessions() == []

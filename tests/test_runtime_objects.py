@@ -152,12 +152,12 @@ def test_an_adapter_takes_its_settings_at_construction_and_refuses_a_bad_one_at_
 
 
 def test_every_unscored_reason_has_its_figure():
-    from orsgen.runtime import metrics
+    from orsgen.runtime.counts import Counts, figures
 
-    counts = metrics._Counts(episodes=len(Unscored))
+    counts = Counts(episodes=len(Unscored))
     for reason in Unscored:
         counts.unscored[reason] += 1
-    shown = metrics.figures(counts)
+    shown = figures(counts)
     assert {f"orsgen/unscored/{reason}": 1.0 for reason in Unscored}.items() <= shown.items()
 
 

@@ -3,6 +3,7 @@ spawned child as is, so a test reads its rollout buffer, its loop and what it ra
 
 import contextlib
 import inspect
+import math
 import multiprocessing as mp
 import os
 import queue
@@ -95,4 +96,80 @@ def run_worker(until, *, timeout: float, **loop_kwargs: Any) -> Run:
             run.metrics.append(metrics.get(timeout=0.2))
         except queue.Empty:
             break
+    for left in (rollout_buffer, exception_info, metrics):  # what the worker put after `until`: never read, and a
+        left.cancel_join_thread()  # full pipe would hold this process's exit on the queue's feeder thread
     return run
+
+
+def log_window(metrics_queue: Any) -> dict[str, float]:
+    """One logging window of AsyncGRPOTrainer's `log()` (TRL 1.13 to 1.16): drain `metrics_queue` with `get_nowait()`
+    until `queue.Empty`, a list of values per name, each reduced with TRL's own `_reduce_metric`. (The trainer itself
+    cannot be built on a CPU: its constructor loads the model with FlashAttention, and 1.16's reads the GPU's peak
+    FLOPs.)"""
+    from trl.experimental.async_grpo.async_grpo_trainer import _reduce_metric
+
+    values: dict[str, list[Any]] = {}
+    while True:
+        try:
+            for key, value in metrics_queue.get_nowait().items():
+                values.setdefault(key, []).append(value)
+        except queue.Empty:
+            break
+    valid = {key: [v for v in found if isinstance(v, tuple) or not math.isnan(v)] for key, found in values.items()}
+    return {key: _reduce_metric(key, found) for key, found in valid.items() if found}
+
+
+def collect(worker: Any, until: Any, *, timeout: float = 120, each: Any = None) -> list[Any]:
+    """Read a started AsyncRolloutWorker's samples (its spawned child's) until `until(samples)`, checking its health
+    as the trainer does; `each(samples)` after each wait."""
+    samples: list[Any] = []
+    deadline = time.monotonic() + timeout
+    while not until(samples):
+        worker.check_health(stale_after_s=60)
+        assert time.monotonic() < deadline, f"only {len(samples)} samples"
+        with contextlib.suppress(queue.Empty):
+            samples.append(worker.rollout_buffer.get(timeout=0.5))
+        if each is not None:
+            each(samples)
+    worker.check_health(stale_after_s=60)
+    return samples
+
+
+def stop(worker: Any) -> tuple[Any, list[Any]]:
+    """Stop a started AsyncRolloutWorker as the trainer does, reading what its child still puts meanwhile: a child
+    whose queue's pipe is full cannot exit (its feeder thread waits for a reader), and stop() terminates it after 15 s.
+    (The child process, the metrics payloads read: the queue's own, behind EpisodeMetrics' Drain if there is one.)"""
+    child = worker._process
+    metrics = getattr(worker.metrics_queue, "inner", worker.metrics_queue)
+    payloads: list[Any] = []
+    done = threading.Event()
+
+    def drain() -> None:
+        while not done.is_set():
+            for source, kept in ((worker.rollout_buffer, None), (metrics, payloads)):
+                with contextlib.suppress(queue.Empty, OSError, ValueError):
+                    item = source.get(timeout=0.1)
+                    if kept is not None:
+                        kept.append(item)
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    try:
+        worker.stop()
+    finally:
+        done.set()
+        reader.join(5)
+    while True:
+        try:
+            payloads.append(metrics.get(timeout=0.2))
+        except (queue.Empty, OSError, ValueError):
+            return child, payloads
+
+
+def cause_line(worker: Any, raised: BaseException) -> str:
+    """The first line of what the child died of, behind check_health()'s "child has failed" error."""
+    cause: Any = raised.__cause__
+    if cause is None:  # TRL's race: the child sets the failed event before its queue's feeder thread has written
+        type_name, message, _ = worker._exception_info_queue.get(timeout=10)  # flushed when the child exited
+        cause = f"{type_name}: {message}"
+    return str(cause).splitlines()[0]

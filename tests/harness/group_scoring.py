@@ -4,6 +4,7 @@ PER_DEVICE`, by its two-rank test: each rank prints what group_reward returned a
 
 Rollout k of a group answers ANSWERS[k] (None: no tool call), so the judge's scores tell the rollouts apart."""
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -76,9 +77,15 @@ def main(module_path: str, out_dir: str, tasks: str, per_device: str) -> None:
                       "steps": trainer.state.global_step})
 
 
-def async_worker(module_path: str) -> None:
+def async_worker(module_path: str, name: str = "Judged") -> None:
     """TRL's AsyncGRPO rollout worker (driven as tests/test_async_grpo.py drives it) with group_reward in its
-    reward_funcs, in a process of its own: prints how the worker ended."""
+    reward_funcs, in a process of its own, on tasks 0 and 2 (whose judge fails) of the module's class `name`: the n-th
+    rollout of a question answers ANSWERS[n % 4]. Prints how the worker ended and, per sample, its group, answer,
+    tool result and group_reward score."""
+    import math
+
+    from orsgen.runtime import open_sessions
+
     from examples import tiny
     from examples.tiny import tool_methods
     from tests.harness.async_worker import run_worker
@@ -86,27 +93,50 @@ def async_worker(module_path: str) -> None:
     from tests.harness.generation import load as load_module
 
     module = load_module(Path(module_path))
-    rows = module.dataset(indices=[0], prompts=True)
-    tok = tiny.tokenizer([tiny.conversation("Task 0: the capital of France?", "answer", {"text": "Paris"},
-                                            "correct")], tool_methods(module.Judged()))
+    rows = module.dataset(indices=[0, 2], prompts=True)
+    tok = tiny.tokenizer([[*row["prompt"][:-1], *tiny.conversation(row["task_prompt"], "answer", {"text": a},
+                                                                   "correct")]
+                          for row in rows for a in ("Paris", "Rome")], tool_methods(getattr(module, name)()))
+    asked: dict[str, int] = {}
 
     def script(prompt_text: str) -> str:
-        return "done<|eot|>" if "<|tool|>" in prompt_text else tiny.call_text("answer", {"text": "Paris"})
+        if "<|tool|>" in prompt_text:
+            return "done<|eot|>"
+        question = prompt_text.rsplit("<|user|>", 1)[-1]
+        n = asked[question] = asked.get(question, -1) + 1
+        answer = ANSWERS[n % len(ANSWERS)]
+        return tiny.call_text("answer", {"text": answer}) if answer else "I do not know<|eot|>"
+
+    def two_groups(samples: list[Any]) -> bool:
+        return all(sum(s.group_id == g for s in samples) >= 4 for g in (0, 1))
 
     with serving(tok, script) as completions:
         run = run_worker(
-            lambda samples: False, timeout=60,
+            two_groups, timeout=90,
             model_name="tiny", dataset=rows, reward_funcs=[module.group_reward], processing_class=tok,
-            eos_token_ids=[tok.eos_token_id], environment_factory=module.Judged, num_generations=4,
+            eos_token_ids=[tok.eos_token_id], environment_factory=getattr(module, name), num_generations=4,
             max_inflight_tasks=4, vllm_server_url=completions.url, max_tokens=64, max_tool_calling_iterations=1,
         )
     module.close_all()
+    samples = []
+    for s in run.samples:
+        calls = [c for m in s.completion if m.get("tool_calls") for c in m["tool_calls"]]
+        arguments = calls[0]["function"]["arguments"] if calls else None
+        arguments = json.loads(arguments) if isinstance(arguments, str) else arguments
+        score = s.metrics["rewards/group_reward"]
+        results = [m["content"] for m in s.completion if m["role"] == "tool"]
+        samples.append({"group": s.group_id, "task": s.prompt[-1]["content"],
+                        "answer": arguments.get("text") if arguments else None, "result": results[0] if results else None,
+                        "score": None if math.isnan(score) else score})
     emit({"error": type(run.error).__name__, "message": str(run.error), "failed": run.failed,
-                      "samples": len(run.samples)})
+          "samples": samples, "open_sessions": open_sessions()})
 
 
 if __name__ == "__main__":
     if sys.argv[1] == "async":
-        async_worker(sys.argv[2])
+        import faulthandler
+
+        faulthandler.dump_traceback_later(240, exit=True)  # a hang shows its threads' stacks (the test waits 300 s)
+        async_worker(*sys.argv[2:4])
     else:
         main(*sys.argv[1:5])

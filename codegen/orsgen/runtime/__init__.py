@@ -18,6 +18,7 @@ from orsgen.runtime.rewards import finished_reward, outcome_reward, shaped_rewar
 from orsgen.runtime.rows import bundle as bundle_dataset
 from orsgen.runtime.rows import one_type
 from orsgen.runtime.trajectories import Recorder, from_environment
+from orsgen.runtime.worker_metrics import from_environment as count_for_trainer
 
 API = 1  # the contract between generated modules and this runtime; a module written for another API refuses to load
 
@@ -45,6 +46,7 @@ def __getattr__(name: str) -> Any:
 
 
 from_environment()  # ORSGEN_TRAJECTORIES: this process records too (AsyncGRPOTrainer's worker, or set by hand)
+count_for_trainer()  # ORSGEN_EPISODE_METRICS: this process counts its episodes for a trainer (AsyncGRPO's worker)
 
 
 def require(api: int, module: str) -> None:

@@ -20,7 +20,7 @@ import weakref
 from collections.abc import Coroutine, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from orsgen.runtime import ahead, calls, client, messages, sessions, settings, trl
+from orsgen.runtime import ahead, calls, client, messages, scoring, sessions, settings, trl
 from orsgen.runtime.budgets import Budgets, no_answer
 from orsgen.runtime.episode import Episode, Unscored, session_opened
 from orsgen.runtime.errors import DriftError, TimedOut, ToolError
@@ -52,6 +52,7 @@ def close_all() -> None:
     """Close every open session of every adapter and wait (bounded) until the server has them closed.
     GRPOTrainer never closes its environments: this also runs at exit, and garbage collection closes too."""
     calls.cancel_all()
+    sessions.release_all()  # groups still to be scored are not: their sessions close now
     for adapter in list(_live):
         adapter._close()
     for left in ahead.drain_all():
@@ -63,6 +64,7 @@ def close_all() -> None:
 
 def _exit_closers() -> list[Coroutine[Any, Any, None]]:
     calls.cancel_all()
+    sessions.release_all()
     closers = [sessions.end(None, left) for left in ahead.drain_all()]
     for adapter in list(_live):
         held = adapter._detach()
@@ -250,6 +252,8 @@ class Adapter:
             stream = where.batch.stream if where.batch is not None else None
             index = self._task(env, split, row, where, config)
             group = where.batch.slot(where.batch.index).position if where.batch is not None else None
+            if where.batch is None and (rollout := trl.worker_rollout(self, ended=False)) is not None:
+                stream, group = "train", rollout.group  # AsyncGRPOTrainer's worker: TRL's group of the rollout
             episode = self._episode_now = Episode(self, split, index, stream, config, began, budgets, group)
             batch = where.batch if config.open_ahead is not False else None
             first = batch is not None and not any(isinstance(a, Adapter) for a in batch.adapters[:batch.index])
@@ -294,8 +298,13 @@ class Adapter:
         """The last reward a tool returned in this episode. An episode no tool scored gives ``unscored_reward``
         (None: GRPO leaves it out of its group's baseline); one that could not start, or that one of this module's
         reward functions already counted, gives None: a reward is never counted twice."""
+        rollout = trl.worker_rollout(self, ended=True)  # AsyncGRPOTrainer's worker: its group, its turns
+        if rollout is not None:
+            self._episode_now.turns = (rollout.prompt, rollout.completion)
         self._settle_unused()
         reward = self._episode_now.reward_read()
+        if rollout is not None and scoring.wanted(rollout):
+            scoring.ended(self._episode_now, rollout)
         batch = trl.rewards_read(self)
         if batch is not None:  # TRL is done with the batch: its sessions close while the trainer trains on it
             for env in batch:

@@ -45,6 +45,7 @@ class Episode(Generic[A]):
         self._adapter = weakref.ref(adapter)  # the adapter holds its episode: no cycle, so `del adapter` closes it
         self.split, self.task_index, self.stream, self.settings = split, task_index, stream, settings
         self.group = group  # its GRPO group in a trainer batch: the run-wide number in its stream (None: no batch)
+        self.turns: tuple[Any, Any] | None = None  # (prompt, completion) as TRL holds them, where known at the end
         self.budgets = Budgets(None, settings) if budgets is None else budgets  # caps, timeouts, episode limits
         self.began = time.perf_counter() if began is None else began  # the reset's start
         self.session: AsyncSession | None = None
@@ -167,7 +168,7 @@ class Episode(Generic[A]):
         self.ended = True
         if hooks.wanted("episode_end"):
             reason = self.unscored()
-            prompt, completion = trl.rollout_turns(self.adapter) or (None, None)
+            prompt, completion = self.turns or trl.rollout_turns(self.adapter) or (None, None)
             hooks.emit("episode_end", hooks.EpisodeEnd(
                 self.adapter, self.split, self.task_index, self.stream, reason is None, value, self.finished,
                 reason, self.calls, self.failures, prompt, completion, time.perf_counter() - self.began, self))

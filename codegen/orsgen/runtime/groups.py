@@ -17,23 +17,29 @@ import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from orsgen.runtime import client, transcripts, trl
+from orsgen.runtime import client, scoring, trl
 from orsgen.runtime.adapter import Adapter, episode_of
+from orsgen.runtime.scoring import requests
 
 if TYPE_CHECKING:
     from orsgen.runtime.episode import Episode
     from orsgen.runtime.pinned import Pinned
 
 log = logging.getLogger("orsgen")
-requests = {"score_group": 0}  # scoring requests sent by this process
+__all__ = ["group_reward", "requests"]  # requests: scoring requests sent by this process (scoring.py's)
 
 
 def group_reward(prompts: Sequence[Any], completions: Sequence[Any], environments: Sequence[Adapter] | None,
                  pinned: Pinned, accepted: Sequence[str]) -> list[float | None]:
     """One comparative score per rollout, index-aligned with TRL's completions; None for a group not scored, and
     for the groups of other environments (TRL's multi-environment mode: they are theirs to score)."""
-    if environments is None:
-        raise RuntimeError(trl.NO_ENVIRONMENTS.format(what="group_reward"))
+    if environments is None:  # AsyncGRPOTrainer: its worker's rollouts, matched to their episodes (scoring.py)
+        if trl.worker() is None:
+            raise RuntimeError(trl.NO_GROUP_PLACE)
+        found = scoring.worker_scores(prompts, completions, accepted, pinned)
+        if found is None:
+            raise RuntimeError(trl.NO_GROUP)
+        return found
     size, offset = trl.group_layout(environments)
     if offset or len(environments) % size:
         raise RuntimeError(f"group_reward: this rank holds {len(environments)} rollouts starting {offset} into a "
@@ -50,8 +56,8 @@ def group_reward(prompts: Sequence[Any], completions: Sequence[Any], environment
     async def together() -> list[list[float | None]]:
         return list(await asyncio.gather(*jobs))
 
-    scores = client.loop().submit(together()).result()  # each request is bounded (ORSGEN_TOOL_TIMEOUT) in _score
-    return [score for group in scores for score in group]
+    scored = client.loop().submit(together()).result()  # each request is bounded (ORSGEN_TOOL_TIMEOUT) in _score
+    return [score for group in scored for score in group]
 
 
 async def _none(size: int) -> list[float | None]:
@@ -60,46 +66,15 @@ async def _none(size: int) -> list[float | None]:
 
 async def _score(group: Sequence[Episode[Adapter] | None], prompts: Sequence[Any], completions: Sequence[Any],
                  accepted: Sequence[str]) -> list[float | None]:
-    from openreward.api.environments.types import GroupCandidate
-    from openreward.api.errors import ScoreGroupUnsupported
-
     unscored: list[float | None] = [None] * len(group)
     episodes = [e for e in group if e is not None]
-    tasks = {(e.split, e.task_index) for e in episodes}
-    where = f"{type(episodes[0].adapter).__name__}: the group of task {episodes[0].task_index}"
-    if len(tasks) > 1:  # never a judgement across tasks: the rows are not GRPO's groups
-        log.warning("orsgen: %s is not scored: its rollouts hold tasks %s, not one", where, sorted(map(str, tasks)))
-        return unscored
+    where = scoring.describe(episodes)
     started = {i: e.session for i, e in enumerate(group) if e is not None and e.void is None and e.session is not None}
-    if len(started) < 2:
-        log.warning("orsgen: %s is not scored: %s of its %d episodes started (a comparison needs two)", where,
-                    len(started) or "none", len(group))
+    if not scoring.one_task(where, episodes) or not scoring.enough(where, len(started), len(group)):
         return unscored
     # posted on a session the environment did not end (a tool that raised ends its rollout's: the SDK refuses it)
     alive = [s for i, s in started.items() if group[i].gone is None]  # type: ignore[union-attr]
     if not alive:
         log.warning("orsgen: %s is not scored: the environment ended every one of its sessions", where)
         return unscored
-    session = alive[0]
-    candidates = [GroupCandidate(messages=transcripts.transcript(prompts[i], completions[i], accepted),
-                                 metadata={"rollout": i}) for i in started]
-    requests["score_group"] += 1
-    try:
-        scores = await asyncio.wait_for(session.score_group(candidates), client.timeout("tool"))
-    except ScoreGroupUnsupported as exc:
-        adapter = episodes[0].adapter
-        client.once(f"score-group-unsupported-{id(adapter.pinned)}", logging.WARNING,
-                    "orsgen: %s: its groups are not scored (None): %s", type(adapter).__name__, exc)
-        return unscored
-    except Exception as exc:  # noqa: BLE001 - the judge failed, or the transport did: this group is unscored
-        reason = f"no answer within {client.timeout('tool'):g}s (ORSGEN_TOOL_TIMEOUT)" if isinstance(
-            exc, asyncio.TimeoutError) else client.describe(exc)
-        log.warning("orsgen: %s is not scored (None): %s", where, reason)
-        return unscored
-    if len(scores) != len(candidates):
-        log.warning("orsgen: %s is not scored: %d scores came back for %d rollouts", where, len(scores),
-                    len(candidates))
-        return unscored
-    for i, score in zip(started, scores, strict=True):
-        unscored[i] = float(score.reward)
-    return unscored
+    return await scoring.post(where, episodes[0].adapter, alive[0], list(started), prompts, completions, accepted)

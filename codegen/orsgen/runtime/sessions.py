@@ -31,6 +31,7 @@ Report = Callable[[int, float, "BaseException | None"], None]  # per attempt: (n
 # Sessions open on a server (entered, not yet exited) and the opener that opened them; changed on the runtime's loop.
 _held: dict[Any, Sessions] = {}
 _freeing: set[concurrent.futures.Future[None]] = set()  # freeing()
+_holds: dict[Any, concurrent.futures.Future[None]] = {}  # hold(): sessions whose close waits
 
 
 class Planned(concurrent.futures.Future[Any]):
@@ -312,6 +313,11 @@ async def end(session: AsyncSession | None, opening: concurrent.futures.Future[A
             return
         session = opened[0]
     if session is not None:  # closing, so no longer held: close_all() and the exit wait for the close itself
+        waiting = _holds.get(session)
+        if waiting is not None:  # its group is still to be scored on it (bounded: then the score is given up)
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(waiting)), client.timeout("tool"))
+            release(session)
         _held.pop(session, None)
         await asyncio.wait_for(session.__aexit__(None, None, None), limit or client.timeout("close"))
 
@@ -342,6 +348,24 @@ def freeing() -> list[concurrent.futures.Future[None]]:
 def held(opener: Sessions | None = None) -> int:
     """Sessions open on a server right now (opened, and no close sent yet): `opener`'s, or every environment's."""
     return sum(1 for owner in list(_held.values()) if opener is None or owner is opener)
+
+
+def hold(session: AsyncSession) -> None:
+    """Keep `session` open for a later request of its own (a group's score, AsyncGRPOTrainer's worker): its close
+    waits until `release(session)`, at most ORSGEN_TOOL_TIMEOUT seconds (the bound of a group's scoring)."""
+    _holds.setdefault(session, concurrent.futures.Future())
+
+
+def release(session: AsyncSession | None) -> None:
+    """Let `session` close: what `hold` kept."""
+    waiting = _holds.pop(session, None) if session is not None else None
+    if waiting is not None and not waiting.done():
+        waiting.set_result(None)
+
+
+def release_all() -> None:
+    for session in list(_holds):
+        release(session)
 
 
 def close_held() -> list[concurrent.futures.Future[None]]:

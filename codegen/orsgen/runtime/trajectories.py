@@ -4,15 +4,17 @@ command write the same records; `build` is the one place a record is made.
 
 A record (schema "orsgen.trajectory/1"; docs/reference.md, "Trajectory records", has the table):
 
-    schema, run, step, rank, stream, environment, adapter, split, task_index, task_spec, session, rollout, model,
-    prompt, completion, tool_calls[{name, arguments, result, error, seconds, reward, finished, cut, truncated,
+    schema, run, step, policy_version, rank, stream, environment, adapter, split, task_index, task_spec, session,
+    rollout, model, prompt, completion, tool_calls[{name, arguments, result, error, seconds, reward, finished, cut, truncated,
     truncated_unit, images_left_out, timed_out}],
     reward, scored, unscored_reason, finished, start_error, error, usage, seconds{reset, tools, model, episode},
     ended_at
 
 `orsgen eval` fills what only it knows: `rollout` (the episode's number among its task's), `usage` (the tokens the
 endpoint reported), `seconds.model`, and `error` with `unscored_reason` "endpoint_error" when the model's endpoint
-failed the episode; a trainer leaves them null.
+failed the episode; a trainer leaves them null. `policy_version` is AsyncGRPOTrainer's: in its rollout worker, the
+version of the policy the worker generated with when the episode started (the trainer's weight-sync count); null
+elsewhere (under GRPOTrainer, `step`'s policy generated it).
 
 What a record holds is redacted before it leaves the process: every API key and secret value an adapter sends is
 replaced by "[secret]", wherever it appears (a tool that echoes its environment included). A tool result longer than
@@ -40,7 +42,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from orsgen.runtime import client, hooks
+from orsgen.runtime import client, hooks, trl
 
 log = logging.getLogger("orsgen")
 
@@ -114,14 +116,15 @@ def build(start: hooks.EpisodeStart[Any] | None, calls: list[hooks.ToolCall[Any]
           secrets: Iterable[str] = (), max_result_chars: int | None = MAX_RESULT_CHARS,
           ended_at: float | None = None, model: str | None = None, rollout: int | None = None,
           usage: dict[str, int] | None = None, model_seconds: float | None = None,
-          error: str | None = None) -> dict[str, Any]:
+          error: str | None = None, policy_version: int | None = None) -> dict[str, Any]:
     """One episode's record from its hook records (`prompt`/`completion`: the turns, when not the end's own; `error`:
     what failed the episode outside the environment, which makes it unscored "endpoint_error"). Secrets are replaced
     first, so a cut never leaves part of one."""
     stamp = datetime.datetime.now(datetime.UTC) if ended_at is None else datetime.datetime.fromtimestamp(
         ended_at, datetime.UTC)
     record = {
-        "schema": SCHEMA, "run": run, "step": step, "rank": rank, "stream": end.stream, "environment": environment,
+        "schema": SCHEMA, "run": run, "step": step, "policy_version": policy_version, "rank": rank,
+        "stream": end.stream, "environment": environment,
         "adapter": type(end.adapter).__name__, "split": end.split, "task_index": end.task_index,
         "task_spec": task_spec, "session": session, "rollout": rollout, "model": model,
         "prompt": end.prompt if prompt is None else prompt,
@@ -206,7 +209,7 @@ class Recorder:
         self._rank: Callable[[], int] = _env_rank
         self._step: Callable[[], int | None] = lambda: None
         self._run_info: dict[str, Any] = {}
-        self._open: dict[Any, tuple[hooks.EpisodeStart[Any] | None, list[hooks.ToolCall[Any]]]] = {}
+        self._open: dict[Any, tuple[hooks.EpisodeStart[Any] | None, list[hooks.ToolCall[Any]], int | None]] = {}
         self._lock = threading.Lock()
         self._queue: queue.Queue[Any] = queue.Queue(max_queued)
         self._thread: threading.Thread | None = None
@@ -251,20 +254,21 @@ class Recorder:
 
     def _seen(self, event: str, record: Any) -> None:
         key = record.episode if record.episode is not None else record.adapter
+        worker = trl.worker() if event == "episode_start" else None  # AsyncGRPOTrainer's: the policy's version
         with self._lock:
             if event == "episode_start":
-                self._open[key] = (record, [])
+                self._open[key] = (record, [], None if worker is None else worker.policy_version())
             elif event == "tool_call":
-                self._open.setdefault(key, (None, []))[1].append(record)
+                self._open.setdefault(key, (None, [], None))[1].append(record)
             else:
-                start, calls = self._open.pop(key, (None, []))
+                start, calls, version = self._open.pop(key, (None, [], None))
         if event != "episode_end":
             return
         from orsgen.runtime.adapter import secrets_of
 
         session = getattr(getattr(record.episode, "session", None), "sid", None)  # still open at its end
         self._put((start, calls, record, self._step(), session, secrets_of(record.adapter),
-                   datetime.datetime.now(datetime.UTC).timestamp()))
+                   datetime.datetime.now(datetime.UTC).timestamp(), version))
 
     def _put(self, item: Any) -> None:
         if self._thread is None:
@@ -308,7 +312,7 @@ class Recorder:
                 return
 
     def _built(self, item: Any) -> dict[str, Any] | None:
-        start, calls, end, step, session, secrets, ended_at = item
+        start, calls, end, step, session, secrets, ended_at, version = item
         try:
             adapter = end.adapter
             pinned = getattr(adapter, "pinned", None)
@@ -316,7 +320,7 @@ class Recorder:
             return build(start, calls, end, run=self.run, step=step, rank=self._rank(), environment=environment,
                          task_spec=self._spec(adapter, end), session=session, secrets=secrets,
                          max_result_chars=self.max_result_chars, ended_at=ended_at,
-                         model=self._run_info.get("model_name"))
+                         model=self._run_info.get("model_name"), policy_version=version)
         except Exception:
             self.dropped += 1
             log.warning("orsgen: a trajectory record could not be built (dropped)", exc_info=True)

@@ -57,6 +57,20 @@ What is assumed (TRL 1.13 to 1.16, read from their code and tested against the o
   TRL's appended to `reward_funcs`, which calls it environment by environment, in batch order. Once the last
   function has read the batch's last environment, and nothing async is left, `_generate_and_score_completions`
   does not touch the batch's environments again: the next use is the next batch's resets.
+- AsyncGRPOTrainer's rollout worker (`worker`; read from TRL 1.13 and 1.16, where both are the same text): TRL's
+  `async_rollout_worker._child_main(loop_cls, loop_kwargs, samples_queue, model_version_value, ..., metrics_queue)`
+  is on the stack of the spawned worker's main thread for as long as the worker runs; `metrics_queue` takes dicts of
+  figures (a value, or a `(numerator, denominator)` rate), never blocking the worker (`put_nowait`, dropped when
+  full), and `model_version_value` (an `mp.Value`) is the policy version the worker generates with (the trainer's
+  weight-sync count). The trainer's `log()` drains `trainer.rollout_worker.metrics_queue` (`get_nowait()` until
+  `queue.Empty`) into `_metrics["train"]`, one list per name, on the main process only (`worker_figures`).
+  `_child_main`'s `rollout_loop` (the `_AsyncRolloutLoop`) runs its asyncio loop (`_loop`); on it, the task of
+  `_AsyncRolloutLoop._generate_loop` resets each rollout's environment and, once the rollout ended, calls its
+  `get_reward()`, one environment at a time, awaiting each call (sync ones: in a thread pool from 1.16, inline in
+  1.13; `worker_rollout`). While it does, its locals say which: `environment` (the one called), `group_id` (its GRPO
+  group: `num_generations` rollouts of one dataset row, numbered from 0 by the worker), and at get_reward() `prompt`
+  and `completion`, the very objects its `_score_group` later hands the reward functions, in the group's
+  `prompts` and `completions` lists, once the group's `num_generations` rollouts have all ended.
 - A rollout's turns (`rollout_turns`, for trajectory records): `_calculate_rewards(inputs, prompts, completions, ...)`
   holds the batch's prompts (each with what its `reset()` returned appended to the last message) and completions (the
   model's turns and the tool turns TRL's loop appended), parallel to `environments`; the same locals in 1.13-1.16.
@@ -87,6 +101,11 @@ NEEDS = (
 FIX = "pass train_dataset=dataset() so every row carries task_index"
 NO_ENVIRONMENTS = ("{what} needs the rollouts' environments, which GRPOTrainer passes to reward functions and "
                    "AsyncGRPOTrainer does not: with AsyncGRPOTrainer, train on get_reward() without {what}")
+NO_GROUP_PLACE = ("group_reward needs the rollouts' environments, which GRPOTrainer passes to reward functions, or "
+                  "AsyncGRPOTrainer's rollout worker, where orsgen sees each rollout end: this call has neither")
+NO_GROUP = ("group_reward: AsyncGRPOTrainer's worker asked for the scores of a group whose rollouts orsgen did not see "
+            "end there: pass the module's group_reward itself in reward_funcs (under that name), with its environment "
+            "class as environment_factory")
 _DEPTH = 64  # frames searched above a reset: TRL's call chain from train() to reset() is about 10 deep
 
 
@@ -592,6 +611,114 @@ def gather(trainer: Any, value: Any) -> list[Any]:
 def rollouts_elsewhere(trainer: Any) -> bool:
     """The trainer's environments live in another process (AsyncGRPOTrainer's rollout worker)."""
     return hasattr(trainer, "rollout_worker")
+
+
+@dataclass(frozen=True)
+class Worker:
+    """AsyncGRPOTrainer's rollout worker, seen from inside it: where its figures go, its policy version, its loop."""
+
+    metrics: Any  # the worker's metrics queue (put_nowait a dict of figures)
+    version: Any  # an mp.Value: the policy version the worker generates with
+    loop: Any  # the `_AsyncRolloutLoop`: its reward functions, group size and asyncio loop
+
+    def policy_version(self) -> int | None:
+        try:
+            return int(self.version.value)
+        except (AttributeError, TypeError, ValueError):
+            return None
+
+
+def worker() -> Worker | None:
+    """This process's AsyncGRPO rollout worker, when TRL's `_child_main` is running on one of its threads (the main
+    one in the spawned worker), else None. Looked up at each call (a few frames per thread): a worker run in a thread
+    ends, and another may follow in the same process."""
+    tops: Any = list(sys._current_frames().values())
+    frame: Any = None
+    try:
+        for top in tops:
+            frame = top
+            for _ in range(_DEPTH):
+                if frame is None:
+                    break
+                if frame.f_code.co_name == "_child_main" and str(frame.f_globals.get("__name__", "")).startswith("trl."):
+                    local = frame.f_locals
+                    if "metrics_queue" in local and "model_version_value" in local:
+                        return Worker(local["metrics_queue"], local["model_version_value"], local.get("rollout_loop"))
+                frame = frame.f_back
+        return None
+    finally:  # this very frame is among them: kept in its own locals, it would keep every caller's locals alive
+        tops = top = frame = None
+
+
+@dataclass(frozen=True)
+class WorkerRollout:
+    """A rollout of AsyncGRPOTrainer's worker, as its `_generate_loop` holds it at the environment's reset() or
+    get_reward()."""
+
+    group: int  # TRL's group id: `size` rollouts of one dataset row
+    size: int  # num_generations
+    prompt: Any  # at get_reward(): the prompt TRL generated from, the object reward functions get in `prompts`
+    completion: Any  # at get_reward(): the rollout's completion, the object reward functions get in `completions`
+    reward_funcs: tuple[Any, ...]  # the worker's reward functions
+    run: int  # the worker's run (its loop's id): a new one numbers its groups from 0 again
+
+
+def worker_rollout(environment: Any, ended: bool) -> WorkerRollout | None:
+    """In AsyncGRPOTrainer's worker, the rollout whose reset() (`ended` False) or get_reward() (`ended` True) TRL's
+    `_generate_loop` is awaiting for `environment`; None elsewhere, or when that loop cannot be read."""
+    found = worker()
+    if found is None or found.loop is None:
+        return None
+    frame = _generating(found.loop, environment)
+    if frame is None:
+        return None
+    local = frame.f_locals
+    group, owner = local.get("group_id"), local.get("self")
+    if not isinstance(group, int) or not isinstance(getattr(owner, "num_generations", None), int):
+        return None
+    return WorkerRollout(group, owner.num_generations, local.get("prompt") if ended else None,
+                         local.get("completion") if ended else None, tuple(getattr(owner, "reward_funcs", ()) or ()),
+                         id(owner))
+
+
+def _generating(rollout_loop: Any, environment: Any) -> Any | None:
+    """The frame of TRL's `_generate_loop` handling `environment`: on this thread's stack (a call it makes inline),
+    else suspended in its task on the worker's asyncio loop (a call it awaits in a thread pool)."""
+
+    def handles(frame: Any) -> bool:
+        return (frame.f_code.co_name == "_generate_loop" and str(frame.f_globals.get("__name__", "")).startswith("trl.")
+                and frame.f_locals.get("environment") is environment)
+
+    frame: Any = sys._getframe(1)
+    for _ in range(_DEPTH):
+        if frame is None:
+            break
+        if handles(frame):
+            return frame
+        frame = frame.f_back
+    import asyncio
+
+    loop = getattr(rollout_loop, "_loop", None)
+    if not isinstance(loop, asyncio.AbstractEventLoop):
+        return None
+    try:
+        tasks = asyncio.all_tasks(loop)
+    except RuntimeError:  # the loop's task set changed while read: once more
+        tasks = asyncio.all_tasks(loop)
+    for task in tasks:
+        suspended = getattr(task.get_coro(), "cr_frame", None)
+        if suspended is not None and handles(suspended):
+            return suspended
+    return None
+
+
+def worker_figures(trainer: Any) -> Any | None:
+    """The holder of the queue the trainer's `log()` drains the worker's figures from (`trainer.rollout_worker`, which
+    has `metrics_queue`), on the process that drains it (the main one), else None."""
+    holder = getattr(trainer, "rollout_worker", None)
+    if holder is None or not hasattr(holder, "metrics_queue"):
+        return None
+    return holder if getattr(trainer.accelerator, "is_main_process", True) else None
 
 
 def trainer_of(callback: Any) -> Any | None:

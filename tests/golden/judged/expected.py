@@ -137,5 +137,5 @@ def group_reward(
     prompts: list[Any], completions: list[Any], environments: list[Judged] | None = None, **kwargs: Any
 ) -> list[float | None]:
     """Each GRPO group's transcripts, scored against each other by the environment on one of the group's sessions;
-    None for a group it could not score. A reward function for GRPOTrainer (not AsyncGRPOTrainer)."""
+    None for a group it could not score. A reward function for GRPOTrainer and AsyncGRPOTrainer (under this name)."""
     return runtime.group_reward(prompts, completions, environments, PINNED, MESSAGE_BLOCK_TYPES)
