@@ -18,7 +18,7 @@ from orsgen.runtime import worker_metrics
 
 from examples import tiny
 from tests.harness import servers
-from tests.harness.async_worker import accepted, cause_line, collect, log_window, run_worker, stop
+from tests.harness.async_worker import accepted, cause_line, collect, draining, log_window, run_worker, stop
 from tests.harness.completions import serving
 from tests.harness.generation import in_process, load
 from tests.harness.trainers import tool_methods
@@ -213,8 +213,9 @@ def test_async_rollout_worker_child_counts_and_records_with_its_policy_version(q
 
 def test_a_group_the_worker_cannot_match_stops_it_with_one_line_and_stop_returns(monkeypatch, tmp_path):
     """group_reward under a name of its own (a partial): orsgen kept no group for it, so the worker's scoring of the
-    first group stops it with one line, which check_health() raises in the trainer's process; stop() then returns
-    (TRL's own teardown of a failed child), nothing was scored, no session is left open."""
+    first group stops it with one line, which check_health() raises in the trainer's process; stop() then returns, also
+    once the child is gone (orsgen set TRL's stop event on the child's way out), nothing was scored, no session is
+    left open."""
     import functools
 
     from accelerate.state import PartialState
@@ -246,13 +247,18 @@ def test_a_group_the_worker_cannot_match_stops_it_with_one_line_and_stop_returns
                 "vllm_server_url": completions.url, "child_ready_timeout": 240,
             }, arw.AsyncRolloutWorker, arw._AsyncRolloutLoop))
             worker.start()
+            child = worker._process
             try:
                 with pytest.raises(RuntimeError, match="child has failed") as failure:
                     collect(worker, lambda samples: False, timeout=60)
+                with draining(worker):  # the child is gone before stop(): its stop watcher died waiting, unless
+                    child.join(60)  # orsgen woke it
+                assert child.exitcode == 1
             finally:
-                stopping = time.monotonic()
-                stop(worker)
-            assert time.monotonic() - stopping < 25  # joined, or terminated after TRL's 15 s: never waiting for ever
+                stopping = threading.Thread(target=stop, args=(worker,), daemon=True)
+                stopping.start()
+                stopping.join(40)  # joined, or terminated after TRL's 15 s
+            assert not stopping.is_alive(), "AsyncRolloutWorker.stop() waits for ever on the dead child's stop watcher"
         first = cause_line(worker, failure.value)
         assert first.startswith("RuntimeError: group_reward: AsyncGRPOTrainer's worker asked for the scores of a group")
         assert "pass the module's group_reward itself in reward_funcs" in first

@@ -10,6 +10,7 @@ import queue
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 
@@ -135,11 +136,11 @@ def collect(worker: Any, until: Any, *, timeout: float = 120, each: Any = None) 
     return samples
 
 
-def stop(worker: Any) -> tuple[Any, list[Any]]:
-    """Stop a started AsyncRolloutWorker as the trainer does, reading what its child still puts meanwhile: a child
-    whose queue's pipe is full cannot exit (its feeder thread waits for a reader), and stop() terminates it after 15 s.
-    (The child process, the metrics payloads read: the queue's own, behind EpisodeMetrics' Drain if there is one.)"""
-    child = worker._process
+@contextlib.contextmanager
+def draining(worker: Any) -> Iterator[list[Any]]:
+    """Read what a started AsyncRolloutWorker's child puts while the body runs (its samples let go, the metrics
+    payloads kept: the queue's own, behind EpisodeMetrics' Drain if there is one): a child whose queue's pipe is full
+    cannot exit (its feeder thread waits for a reader)."""
     metrics = getattr(worker.metrics_queue, "inner", worker.metrics_queue)
     payloads: list[Any] = []
     done = threading.Event()
@@ -155,10 +156,21 @@ def stop(worker: Any) -> tuple[Any, list[Any]]:
     reader = threading.Thread(target=drain, daemon=True)
     reader.start()
     try:
-        worker.stop()
+        yield payloads
     finally:
         done.set()
         reader.join(5)
+
+
+def stop(worker: Any) -> tuple[Any, list[Any]]:
+    """Stop a started AsyncRolloutWorker as the trainer does, reading what its child still puts meanwhile (stop()
+    terminates a child that did not exit within 15 s). (The child process, the metrics payloads read.)"""
+    child = worker._process
+    metrics = getattr(worker.metrics_queue, "inner", worker.metrics_queue)
+    with draining(worker) as payloads:
+        worker.stop()
+    if child is not None and child.exitcode != 0:  # failed, or terminated mid-put: a cut message blocks a reader
+        return child, payloads
     while True:
         try:
             payloads.append(metrics.get(timeout=0.2))

@@ -153,6 +153,7 @@ class Adapter:
         check_drift: bool | None = None,
         settings: Mapping[str, Any] | None = None,
     ) -> None:
+        trl.guard_stop()  # in AsyncGRPOTrainer's worker: whatever it dies of, the trainer's stop() returns
         name = type(self).__name__
         self._split = split or self.pinned.split
         if split is not None:  # refused here, not as every episode going unscored

@@ -71,6 +71,9 @@ What is assumed (TRL 1.13 to 1.16, read from their code and tested against the o
   group: `num_generations` rollouts of one dataset row, numbered from 0 by the worker), and at get_reward() `prompt`
   and `completion`, the very objects its `_score_group` later hands the reward functions, in the group's
   `prompts` and `completions` lists, once the group's `num_generations` rollouts have all ended.
+  `_child_main`'s `stop_event` (an `mp.Event`) is waited on by the child's stop watcher thread and set by the trainer's
+  `AsyncRolloutWorker.stop()`; a multiprocessing Event's `set()` waits until every waiter has woken, so once a child
+  died while its watcher waited (of any failure), `stop()`, and with it `train()`, waits for ever (`guard_stop`).
 - A rollout's turns (`rollout_turns`, for trajectory records): `_calculate_rewards(inputs, prompts, completions, ...)`
   holds the batch's prompts (each with what its `reset()` returned appended to the last message) and completions (the
   model's turns and the tool turns TRL's loop appended), parallel to `environments`; the same locals in 1.13-1.16.
@@ -78,6 +81,7 @@ What is assumed (TRL 1.13 to 1.16, read from their code and tested against the o
 
 from __future__ import annotations
 
+import atexit
 import functools
 import logging
 import os
@@ -620,6 +624,7 @@ class Worker:
     metrics: Any  # the worker's metrics queue (put_nowait a dict of figures)
     version: Any  # an mp.Value: the policy version the worker generates with
     loop: Any  # the `_AsyncRolloutLoop`: its reward functions, group size and asyncio loop
+    stop: Any = None  # the mp.Event the trainer's stop() sets and the child's stop watcher waits on
 
     def policy_version(self) -> int | None:
         try:
@@ -643,11 +648,28 @@ def worker() -> Worker | None:
                 if frame.f_code.co_name == "_child_main" and str(frame.f_globals.get("__name__", "")).startswith("trl."):
                     local = frame.f_locals
                     if "metrics_queue" in local and "model_version_value" in local:
-                        return Worker(local["metrics_queue"], local["model_version_value"], local.get("rollout_loop"))
+                        return Worker(local["metrics_queue"], local["model_version_value"], local.get("rollout_loop"),
+                                      local.get("stop_event"))
                 frame = frame.f_back
         return None
     finally:  # this very frame is among them: kept in its own locals, it would keep every caller's locals alive
         tops = top = frame = None
+
+
+_guarded: list[Any] = []  # the stop events guard_stop() sets at this process's exit
+
+
+def guard_stop() -> None:
+    """In AsyncGRPOTrainer's worker, set its stop event at this process's exit, so that the trainer's stop() returns
+    whatever the child died of. Its stop watcher waits on that event, and the trainer's `stop()` sets it, which waits
+    until every waiter has woken: a watcher that died waiting never wakes, and `stop()` (and `train()` with it) waits
+    for ever. Set by the child on its way out, while the watcher still runs (a daemon thread: exit hooks run before
+    such threads are stopped), the event has no waiter left behind. Nothing outside a worker."""
+    found = worker()
+    if found is None or found.stop is None or any(event is found.stop for event in _guarded):
+        return
+    _guarded.append(found.stop)
+    atexit.register(found.stop.set)
 
 
 @dataclass(frozen=True)
