@@ -74,6 +74,7 @@ What is assumed (TRL 1.13 to 1.16, read from their code and tested against the o
   `_child_main`'s `stop_event` (an `mp.Event`) is waited on by the child's stop watcher thread and set by the trainer's
   `AsyncRolloutWorker.stop()`; a multiprocessing Event's `set()` waits until every waiter has woken, so once a child
   died while its watcher waited (of any failure), `stop()`, and with it `train()`, waits for ever (`guard_stop`).
+  The watcher is a daemon thread named `grpo-mp-stop-watcher` that returns once the event is set.
 - A rollout's turns (`rollout_turns`, for trajectory records): `_calculate_rewards(inputs, prompts, completions, ...)`
   holds the batch's prompts (each with what its `reset()` returned appended to the last message) and completions (the
   model's turns and the tool turns TRL's loop appended), parallel to `environments`; the same locals in 1.13-1.16.
@@ -657,6 +658,7 @@ def worker() -> Worker | None:
 
 
 _guarded: list[Any] = []  # the stop events guard_stop() sets at this process's exit
+STOP_WATCHER = "grpo-mp-stop-watcher"  # the name of the worker's stop watcher thread (`_spawn_stop_watcher`)
 
 
 def guard_stop() -> None:
@@ -669,7 +671,17 @@ def guard_stop() -> None:
     if found is None or found.stop is None or any(event is found.stop for event in _guarded):
         return
     _guarded.append(found.stop)
-    atexit.register(found.stop.set)
+    atexit.register(_stop_watcher_released, found.stop)
+
+
+def _stop_watcher_released(event: Any) -> None:
+    """Set the worker's stop event, and wait (bounded) until its stop watcher has returned: woken, the watcher takes
+    the event's lock again, and a daemon thread stopped by the interpreter's exit while it holds that lock would hang
+    the trainer's `set()` on the lock instead."""
+    event.set()
+    for thread in threading.enumerate():
+        if thread.name == STOP_WATCHER and thread is not threading.current_thread():
+            thread.join(5)
 
 
 @dataclass(frozen=True)
