@@ -18,7 +18,16 @@ from orsgen.runtime import worker_metrics
 
 from examples import tiny
 from tests.harness import servers
-from tests.harness.async_worker import accepted, cause_line, collect, draining, log_window, run_worker, stop
+from tests.harness.async_worker import (
+    accepted,
+    cause_line,
+    collect,
+    dies_with_its_stop_watcher_waiting,
+    draining,
+    log_window,
+    run_worker,
+    stop,
+)
 from tests.harness.completions import serving
 from tests.harness.generation import in_process, load
 from tests.harness.trainers import tool_methods
@@ -267,3 +276,22 @@ def test_a_group_the_worker_cannot_match_stops_it_with_one_line_and_stop_returns
         while server.open_sessions() and time.monotonic() < deadline:  # the child's exit hook closes its sessions
             time.sleep(0.2)
         assert server.open_sessions() == []
+
+
+def test_a_worker_that_died_leaves_no_waiter_on_its_stop_event():
+    """The mechanism under the test above, with no race left to chance: a child dies at once after its exit hook set
+    the stop event, so TRL's stop watcher is stopped mid-wakeup unless orsgen waited for it; the trainer's set() then
+    returns (without the wait it hung every time)."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    for _ in range(3):
+        event = ctx.Event()
+        child = ctx.Process(target=dies_with_its_stop_watcher_waiting, args=(event,))
+        child.start()
+        child.join(120)
+        assert child.exitcode == 1
+        setting = threading.Thread(target=event.set, daemon=True)  # what AsyncRolloutWorker.stop() does first
+        setting.start()
+        setting.join(10)
+        assert not setting.is_alive(), "the stop event's set() waits for ever on the dead child's watcher"

@@ -185,3 +185,22 @@ def cause_line(worker: Any, raised: BaseException) -> str:
         type_name, message, _ = worker._exception_info_queue.get(timeout=10)  # flushed when the child exited
         cause = f"{type_name}: {message}"
     return str(cause).splitlines()[0]
+
+
+def dies_with_its_stop_watcher_waiting(event: Any) -> None:
+    """A spawned child as AsyncGRPOTrainer's worker is when it fails: TRL's own stop watcher waits on `event`, orsgen's
+    exit hook for it is registered (what `trl.guard_stop` registers in the worker), and the child exits at once."""
+    import asyncio
+    import atexit
+    from types import SimpleNamespace
+
+    from orsgen.runtime import trl as boundary
+
+    atexit.register(boundary._stop_watcher_released, event)  # first, so it runs last: the exit follows at once
+    from trl.experimental.async_grpo.async_rollout_worker import _spawn_stop_watcher
+
+    closed = asyncio.new_event_loop()
+    closed.close()  # the loop has ended, as in a failed worker: the watcher's call on it is refused, and it returns
+    _spawn_stop_watcher(SimpleNamespace(_loop=closed, _stop_event=None), event)
+    time.sleep(0.5)  # the watcher is waiting
+    raise SystemExit(1)
