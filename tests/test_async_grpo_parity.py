@@ -202,13 +202,19 @@ def test_async_rollout_worker_child_counts_and_records_with_its_policy_version(q
     records = [json.loads(line) for line in file.read_text().splitlines()]
     rewarded = [r for r in records if r["tool_calls"]]
     assert total(logged, "starts") == len(creates) >= 16
-    assert 16 <= total(logged, "episodes") <= len(records)
-    counted = records[: int(total(logged, "episodes"))]  # in the order they ended: those after the worker's end last
-    assert total(logged, "finished", per="finished_fraction") == pytest.approx(sum(r["finished"] for r in counted))
-    assert total(logged, "scored", per="scored_fraction") == pytest.approx(sum(r["scored"] for r in counted))
-    assert total(logged, "calls", per="tool_calls_per_episode") == pytest.approx(
-        sum(len(r["tool_calls"]) for r in counted))
-    for r in counted:  # the turns as TRL held them when the rollout ended, in the worker's stream
+    counted = int(total(logged, "episodes"))
+    assert 16 <= counted <= len(records)
+    # Each figure is that of `counted` of the records: exactly theirs when every record was counted. An episode that
+    # ended in TRL's thread pool as the worker stopped has a record, but may have missed the worker's last put.
+    for key, per, of in (("finished", "finished_fraction", lambda r: r["finished"]),
+                         ("scored", "scored_fraction", lambda r: r["scored"]),
+                         ("calls", "tool_calls_per_episode", lambda r: len(r["tool_calls"]))):
+        values = sorted(of(r) for r in records)
+        low, high = sum(values[:counted]), sum(values[len(values) - counted:])
+        assert low - 1e-6 <= total(logged, key, per=per) <= high + 1e-6, (key, low, high)
+    read = [r for r in records if r["completion"] is not None]  # not those the stop cut before their reward
+    assert len(read) >= 16
+    for r in read:  # the turns as TRL held them when the rollout ended, in the worker's stream
         question, _ = QUESTIONS[r["task_index"]]
         assert r["stream"] == "train" and r["prompt"][-1] == {"role": "user", "content": question}, r["prompt"]
         assert r["completion"][0]["tool_calls"][0]["function"]["name"] == "answer" == r["tool_calls"][0]["name"]
