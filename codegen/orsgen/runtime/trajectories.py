@@ -24,6 +24,11 @@ tool's budget cut before the model read the result is another thing: `truncated`
 The writer never raises into training and never blocks it: records wait in a bounded queue (a full queue drops the
 record and counts it), the file is opened for appending, each batch of whole lines goes in one write, and a line
 left cut by a killed process is removed when the file is next opened, so every line of the file is a record.
+
+Nothing is lost silently. A record is written whatever it holds (a model's lone surrogate as its `\\uXXXX` escape,
+jsontext.py), or counted in `dropped` with one warning line; a writer that stopped, for whatever reason, is seen:
+`flush()` is False, what it could not write is counted, and `close()` (at exit too) says in one line how many
+records were not written or uploaded.
 """
 
 from __future__ import annotations
@@ -37,12 +42,13 @@ import logging
 import os
 import queue
 import threading
+import time
 import weakref
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from orsgen.runtime import client, hooks, trl
+from orsgen.runtime import client, hooks, jsontext, trl
 
 log = logging.getLogger("orsgen")
 
@@ -217,6 +223,8 @@ class Recorder:
         self.uploader: Any = None  # upload.Uploader once the first record is sent: its sent, failed, dropped
         self._specs: dict[tuple[str, str, int], Any] = {}
         self.written = self.dropped = 0
+        self.stopped: str | None = None  # why the writer's thread stopped before close(), if it did
+        self._holding = 0  # records of the batch being written
         self.closed = False
         me = weakref.ref(self)  # the hooks must not keep a finished run's recorder alive
 
@@ -276,6 +284,9 @@ class Recorder:
                 if self._thread is None:
                     self._thread = threading.Thread(target=self._work, name="orsgen-trajectories", daemon=True)
                     self._thread.start()
+        if self.stopped is not None:
+            self._lost(1)
+            return
         try:
             self._queue.put_nowait(item)
         except queue.Full:
@@ -283,33 +294,74 @@ class Recorder:
             client.once("trajectories-full", logging.WARNING, "orsgen: trajectory records come faster than %s takes "
                         "them: dropping (counted in Recorder.dropped)", self.directory)
 
+    def _lost(self, count: int) -> None:
+        """Records the stopped writer will never take: counted, and said once."""
+        self.dropped += count
+        client.once(f"trajectories-stopped-{id(self)}", logging.WARNING, "orsgen: the trajectory writer of %s stopped "
+                    "(%s): later records are dropped (counted in Recorder.dropped); training goes on", self.directory,
+                    self.stopped)
+
     # -- the writer's thread -------------------------------------------------------------------------------------
 
     def _work(self) -> None:
-        while True:
-            items = [self._queue.get()]
-            while len(items) < 256:
-                try:
-                    items.append(self._queue.get_nowait())
-                except queue.Empty:
-                    break
-            records, flushed, stop = [], [], False
-            for item in items:
-                if isinstance(item, threading.Event):
-                    flushed.append(item)
-                elif item is None:
-                    stop = True
-                else:
-                    built = self._built(item)
-                    if built is not None:
-                        records.append(built)
-            self._write(records)
-            for done in flushed:
+        try:
+            while self._batch():
+                pass
+        except BaseException as exc:  # noqa: BLE001 - whatever stops the writer is seen: flush() is False, what it
+            if self.stopped is None:  # held and what waits are counted (a daemon thread has nobody to raise to)
+                self._stopping(exc)
+        finally:
+            if self._sink is not None:
+                self._sink.close()
+
+    def _batch(self) -> bool:
+        """Write the next batch of what waits; False once told to stop."""
+        items = [self._queue.get()]
+        while len(items) < 256:
+            try:
+                items.append(self._queue.get_nowait())
+            except queue.Empty:
+                break
+        flushed = [item for item in items if isinstance(item, threading.Event)]
+        try:
+            taken = [item for item in items if item is not None and not isinstance(item, threading.Event)]
+            self._holding = len(taken)
+            records = [record for record in map(self._built, taken) if record is not None]
+            self._holding = len(records)  # a record that could not be built is counted already
+            try:
+                self._write(records)
+            except Exception as exc:  # noqa: BLE001 - not the disk's (those are OSError): never lost unseen either
+                self.dropped += self._holding
+                client.once(f"trajectories-failed-{id(self)}", logging.WARNING, "orsgen: trajectory records could "
+                            "not be written to %s (%s): dropped, counted in Recorder.dropped; training goes on",
+                            self.path, client.describe(exc))
+            self._holding = 0
+        except BaseException as exc:
+            self._stopping(exc)
+            raise  # to _work, which ends the thread
+        finally:
+            for done in flushed:  # after `stopped` is set: a flush waiting on one sees it
                 done.set()
-            if stop:
-                if self._sink is not None:
-                    self._sink.close()
-                return
+        return None not in items
+
+    def _stopping(self, exc: BaseException) -> None:
+        """The writer is stopping on `exc`: what it held and what waits for it are counted as dropped."""
+        self.stopped = client.describe(exc)
+        held, self._holding = self._holding, 0
+        self._lost(held + self._waiting())
+
+    def _waiting(self) -> int:
+        """Take what waits in the queue: the records among it (a flush waiting on it is let go)."""
+        records = 0
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                return records
+            if isinstance(item, threading.Event):
+                item.set()
+            elif item is not None:
+                records += 1
 
     def _built(self, item: Any) -> dict[str, Any] | None:
         start, calls, end, step, session, secrets, ended_at, version = item
@@ -345,16 +397,26 @@ class Recorder:
     def _write(self, records: list[dict[str, Any]]) -> None:
         if not records:
             return
+        lines = []
+        for record in records:
+            try:
+                lines.append(jsontext.dumps(record, default=_plain))
+            except (ValueError, TypeError, RecursionError) as exc:  # a cycle, a key JSON cannot hold
+                self.dropped += 1
+                client.once(f"trajectories-json-{id(self)}", logging.WARNING, "orsgen: a trajectory record cannot be "
+                            "written as JSON (%s): dropped, counted in Recorder.dropped", client.describe(exc))
         try:
-            if self._sink is None:
-                self._sink = Sink(self.path)
-            self._sink.write([json.dumps(r, ensure_ascii=False, default=_plain) for r in records])
-            self.written += len(records)
+            if lines:
+                if self._sink is None:
+                    self._sink = Sink(self.path)
+                self._sink.write(lines)
+                self.written += len(lines)
         except OSError as exc:
-            self.dropped += len(records)
+            self.dropped += len(lines)
             client.once(f"trajectories-write-{self.directory}", logging.WARNING,
                         "orsgen: trajectory records are not being written to %s: %s (dropped, counted in "
                         "Recorder.dropped; training goes on)", self.path, exc.strerror or exc)
+        self._holding = 0  # each counted, written or dropped
         if self.upload:
             self._send(records)
 
@@ -369,19 +431,30 @@ class Recorder:
     # -- flushing and closing (any thread) -----------------------------------------------------------------------
 
     def flush(self, timeout: float = 10.0) -> bool:
-        """Wait (at most `timeout`) until every record so far is written; whether it was."""
-        if self._thread is None or not self._thread.is_alive():
-            return True
-        done = threading.Event()
-        try:
-            self._queue.put(done, timeout=timeout)
-        except queue.Full:
-            return False
-        written = done.wait(timeout)
-        return (self.uploader.flush(timeout) if self.uploader is not None else True) and written
+        """Wait (at most `timeout`) until every record so far is written (and, with `upload`, sent or counted);
+        whether every one was written (and sent): False once one was dropped, failed to upload, or the writer
+        stopped."""
+        thread, deadline = self._thread, time.monotonic() + timeout
+        if thread is not None and thread.is_alive():
+            done = threading.Event()
+            try:
+                self._queue.put(done, timeout=timeout)
+            except queue.Full:
+                return False
+            while not done.wait(min(0.1, max(0.0, deadline - time.monotonic()))):  # or the writer is gone
+                if not thread.is_alive():
+                    break
+                if time.monotonic() >= deadline:
+                    return False
+        if self.stopped is not None:  # records put while the writer was stopping
+            self._lost(self._waiting())
+        up = self.uploader
+        sent = up is None or up.flush(timeout) and up.failed + up.dropped == 0
+        return self.stopped is None and self.dropped == 0 and sent
 
     def close(self, timeout: float = 10.0) -> None:
-        """Write what is queued, stop listening, close the file (and the upload, waiting at most `timeout`)."""
+        """Write what is queued, stop listening, close the file (and the upload, waiting at most `timeout`); one
+        line when a record was not written or not uploaded."""
         if self.closed:
             return
         self.flush(timeout)
@@ -393,6 +466,19 @@ class Recorder:
             self._sink.close()
         if self.uploader is not None:
             self.uploader.close(timeout=timeout)
+        self._say_lost()
+
+    def _say_lost(self) -> None:
+        """The run's end: how many records were not written (or not uploaded), in one line, when any was not."""
+        up = self.uploader
+        unsent = 0 if up is None else up.failed + up.dropped
+        if not self.dropped and not unsent:
+            return
+        parts = [f"{self.dropped} of {self.written + self.dropped} not written to {self.path}"]
+        if up is not None:
+            parts.append(f"{unsent} of {up.sent + unsent} not uploaded to the OpenReward runs page ({up.failed} "
+                         f"failed, {up.dropped} dropped)")
+        log.warning("orsgen: trajectory records of this run: %s", "; ".join(parts))
 
     def variable(self) -> str:
         """What `ORSGEN_TRAJECTORIES` holds so that a process this one starts (AsyncGRPOTrainer's rollout worker)

@@ -34,7 +34,7 @@ import time
 from collections import deque
 from typing import Any
 
-from orsgen.runtime import client
+from orsgen.runtime import client, jsontext
 
 SENDERS = 4  # episodes started at once: each start is one or two blocking round trips to the runs page
 PAUSE = 15.0  # seconds to wait after a failed start before the next try; doubles up to PAUSE_MAX
@@ -79,6 +79,7 @@ class Uploader:
         self._deadline = math.inf
         self._stopped = False  # counts are final: close() finished or gave up
         self._finished = threading.Event()
+        self.stopped: str | None = None  # why a sender thread stopped, if one did (flush() is then False)
 
     # -- the caller's side: never blocks on the network, never raises ------------------------------------------------
 
@@ -101,14 +102,14 @@ class Uploader:
     def flush(self, timeout: float = 10.0) -> bool:
         """Wait at most `timeout` seconds until every episode put so far is sent or counted (the SDK sends their
         messages within a second); whether they all were. The uploader stays open. While a failed start's pause
-        lasts, False at once: what waits goes after the pause."""
+        lasts, False at once: what waits goes after the pause; once a sender thread stopped, False."""
 
         def settled() -> bool:
             paused = time.monotonic() < self._paused_until
             return self._stopped or self._broken is not None or self._busy == 0 and (not self._queue or paused)
 
         with contextlib.suppress(Exception), self._cond:
-            return self._cond.wait_for(settled, timeout) and not self._queue
+            return self._cond.wait_for(settled, timeout) and not self._queue and self.stopped is None
         return False
 
     def close(self, timeout: float = 10.0) -> None:
@@ -147,6 +148,7 @@ class Uploader:
             thread.start()
 
     def _sender(self) -> None:
+        holding = False
         try:
             while True:
                 with self._cond:
@@ -156,19 +158,43 @@ class Uploader:
                             break  # this thread finishes the uploader
                         return
                     self._busy += 1
+                    holding = True
                     if probe:
                         self._probing = True
                 ok = self._send(record)
                 with self._cond:
                     self._busy -= 1
+                    holding = False
                     if probe:
                         self._probing = False
                     if not self._stopped:
                         self._count(ok)
                     self._cond.notify_all()
             self._finish()
-        except Exception:  # a daemon thread has nobody to raise to; close() counts what it held
-            logging.getLogger("orsgen").debug("an upload thread stopped", exc_info=True)
+        except BaseException as exc:  # noqa: BLE001 - a daemon thread has nobody to raise to: counted and said
+            self._sender_stopped(exc, holding)
+
+    def _sender_stopped(self, exc: BaseException, holding: bool) -> None:
+        """A sender thread stopped on `exc`: the episode it held is counted failed; once none is left, so is what
+        waits, and the uploader stops (later puts are dropped), so nothing waits for a thread that is gone."""
+        with self._cond:
+            self.stopped = self.stopped or client.describe(exc)
+            self._threads = [t for t in self._threads if t is not threading.current_thread()]
+            if holding:
+                self._busy -= 1
+                self._probing = False
+                self.failed += not self._stopped
+            last = not self._threads and not self._stopped
+            if last:
+                self.failed += len(self._queue)
+                self._queue.clear()
+                self._stopped = self._closed = True
+                self._deadline = min(self._deadline, time.monotonic() + EXIT_TIMEOUT)
+            self._warn("orsgen: an upload thread stopped (%s): its episode is counted as failed%s; training goes on",
+                       client.describe(exc), ", and so is every later one" if last else "")  # before flush() returns
+            self._cond.notify_all()
+        if last:
+            self._finish()
 
     def _next(self) -> tuple[dict[str, Any] | None, bool]:
         """Under the lock: the next record to send and whether it is a probe (the only one in flight until a start
@@ -400,9 +426,10 @@ def _turns(turns: list[Any], before: list[dict[str, Any]]) -> list[dict[str, Any
 
 def plain(value: Any, secret: str = "") -> Any:
     """JSON-plain data the SDK's send loop can always encode (an object it could not would stop its thread): dicts
-    with string keys, lists, strings, finite numbers, booleans, None; anything else as its text. The API key, if
-    some text holds it, is replaced."""
+    with string keys, lists, strings (a lone surrogate, which its strict UTF-8 cannot take, as its `\\uXXXX` text),
+    finite numbers, booleans, None; anything else as its text. The API key, if some text holds it, is replaced."""
     if isinstance(value, str):
+        value = jsontext.escaped(value)
         return value.replace(secret, "[secret]") if len(secret) >= 8 and secret in value else value
     if isinstance(value, bool) or value is None or isinstance(value, int):
         return value
