@@ -100,12 +100,13 @@ def load(path: Path) -> ModuleType:
 
 
 @contextlib.contextmanager
-def served(spec: str, folder: Path, name: str, *options: str) -> Iterator[tuple[object, ModuleType]]:
-    """(server, module): `spec` served with request counting, its module generated in this process into
-    `folder/name.py` and imported; the server stops at the end."""
+def served(spec: str, folder: Path, name: str, *options: str,
+           env: dict[str, str] | None = None) -> Iterator[tuple[object, ModuleType]]:
+    """(server, module): `spec` served with request counting (and `env` in the server's environment), its module
+    generated in this process into `folder/name.py` and imported; the server stops at the end."""
     from tests.harness import servers
 
-    with servers.running(spec, env={"ORSGEN_COUNT_REQUESTS": "1"}) as server:
+    with servers.running(spec, env={"ORSGEN_COUNT_REQUESTS": "1", **(env or {})}) as server:
         out = folder / f"{name}.py"
         result = in_process(server.url, "-o", str(out), *options)
         assert result.returncode == 0, result.stderr

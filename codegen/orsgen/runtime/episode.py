@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from orsgen.runtime import client, hooks, trl
 from orsgen.runtime.budgets import NOTHING, Budgets, Cut
 from orsgen.runtime.content import content
-from orsgen.runtime.errors import TimedOut, ToolError
+from orsgen.runtime.errors import StartTimeout, TimedOut, ToolError
 from orsgen.runtime.settings import DEFAULTS, Settings
 
 if TYPE_CHECKING:
@@ -182,6 +182,7 @@ def session_opened(adapter: Any, split: str, index: int, stream: str | None) -> 
         if hooks.wanted("session_open"):
             error, status = (None, None) if exc is None else (client.describe(exc), client.status(exc))
             hooks.emit("session_open", hooks.SessionOpen(adapter, split, index, attempt, error, status,
-                                                         time.perf_counter() - began, stream))
+                                                         time.perf_counter() - began, stream,
+                                                         isinstance(exc, StartTimeout)))
 
     return report

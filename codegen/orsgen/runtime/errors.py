@@ -18,6 +18,11 @@ class StartError(RuntimeError):
     """An episode could not start and the adapter is set to raise (or too many did in a row)."""
 
 
+class StartTimeout(TimeoutError):
+    """An attempt at a session's start given up at its limit (ORSGEN_RESET_TIMEOUT; `hooks.SessionOpen.given_up`).
+    A session the server opens after that is still the runtime's: it is closed as soon as its start ends."""
+
+
 class WrongServer(StartError):
     """The session server does not serve the environment the module pins (`url=` or OPENREWARD_SESSION_URL)."""
 

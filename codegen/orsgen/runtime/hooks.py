@@ -81,6 +81,7 @@ class SessionOpen(Generic[A]):
     status: int | None
     seconds: float
     stream: str | None = None  # the trainer batch it was opened for ("train"/"eval"; opened ahead: the batch ahead)
+    given_up: bool = False  # no answer within ORSGEN_RESET_TIMEOUT: a session the server opens later is closed at once
 
 
 @dataclass(frozen=True)

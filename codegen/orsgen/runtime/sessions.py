@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from orsgen.runtime import bounds, client, messages
-from orsgen.runtime.errors import DriftError, StartError, WrongServer
+from orsgen.runtime.errors import DriftError, StartError, StartTimeout, WrongServer
 from orsgen.runtime.settings import Settings
 
 if TYPE_CHECKING:
@@ -159,7 +159,7 @@ class Sessions:
                 session = self._session(env, connection, split, index)  # may refuse before any request: reported
                 if settings.check_drift:  # once per process and server
                     await self.check_drift(env, connection.url, limit)
-                await asyncio.wait_for(session.__aenter__(), limit)
+                await self.enter(session, limit)
                 _held[session] = self
                 await self.check_build(session, connection.url, limit)
                 conversation = (split, index) in self.pin.conversations
@@ -167,11 +167,11 @@ class Sessions:
             except DriftError:
                 raise
             except Exception as exc:
-                if session is not None:  # a session the server half-opened is closed too
-                    with contextlib.suppress(Exception):
+                if session is not None and not isinstance(exc, StartTimeout):  # one the server half-opened too (a
+                    with contextlib.suppress(Exception):  # start given up is closed once it ends: `enter`
                         await end(session, None, settings.close_timeout)
                 if isinstance(exc, asyncio.TimeoutError):
-                    exc = TimeoutError(f"no answer within {limit:g}s (ORSGEN_RESET_TIMEOUT)")
+                    exc = StartTimeout(f"no answer within {limit:g}s (ORSGEN_RESET_TIMEOUT)")
                 if report is not None:
                     report(attempt, began, exc)
                 if attempt == first + retries or not transient(exc):
@@ -183,6 +183,39 @@ class Sessions:
                     report(attempt, began, None)
                 return opened
         raise AssertionError("unreachable")
+
+    async def enter(self, session: AsyncSession, limit: float) -> None:
+        """Start `session`, waiting at most `limit` seconds (StartTimeout). A start given up, at the limit or
+        cancelled, is still owned: the server may finish it later (a slow environment constructor), so the session
+        is closed as soon as its start ends, a close tracked as every other (close_all() and the exit wait for it)."""
+        entering = asyncio.ensure_future(session.__aenter__())
+        try:
+            await asyncio.wait_for(asyncio.shield(entering), limit)
+        except BaseException as exc:
+            if entering.done():
+                raise
+            running = client.running()
+            if running is not None:
+                began = time.perf_counter() - limit
+                future = running.submit(self._end_when_started(session, entering, limit, began))
+                running.closing.add(future)
+                future.add_done_callback(running.closing.discard)
+            if isinstance(exc, TimeoutError):
+                raise StartTimeout(f"no answer within {limit:g}s") from None
+            raise
+
+    async def _end_when_started(self, session: AsyncSession, entering: asyncio.Future[Any], limit: float,
+                                began: float) -> None:
+        try:
+            await entering
+        except BaseException:  # noqa: BLE001, S110 - it never opened: the SDK's exit still cleans up after it
+            pass
+        else:
+            client.once(f"late-start-{self.pin.module}", logging.WARNING, "orsgen: %s: a session start given up after "
+                        "%gs (ORSGEN_RESET_TIMEOUT) was answered after %.0fs: that session is closed at once (counted "
+                        "in orsgen/starts_given_up); raise ORSGEN_RESET_TIMEOUT if the environment starts this slowly",
+                        self.pin.target, limit, time.perf_counter() - began)
+        await end(session, None)
 
     def _session(self, env: AsyncEnvironment, connection: Connection, split: str, index: int) -> AsyncSession:
         """A session on the pinned task spec when the module pinned its tasks, else on split and index."""
