@@ -1,5 +1,6 @@
 """The runtime's one connection to the openreward SDK: its own event loop thread, one SDK client per API key, bounded
-waits, and the clean-up at exit. Only the SDK's public async API is used, except the SSE parser fix (checked)."""
+waits, and the clean-up at exit. Only the SDK's public async API is used, except the SSE parser fix (checked) and
+`delete_once` (where the SDK has its hook)."""
 
 from __future__ import annotations
 
@@ -117,6 +118,23 @@ def once(key: str, level: int, message: str, *args: Any) -> None:
             return
         _said.add(key)
     logging.getLogger("orsgen").log(level, message, *args)
+
+
+def delete_once(session: Any) -> None:
+    """One `POST /delete` per session. The SDK tears a session the environment ended (a tool that raised) down at
+    once, and again when it is closed: its delete hook now sends the request once, whoever asks first, and a later
+    ask waits for that one. An SDK without the hook is left as it is (at worst a second, harmless, request)."""
+    send = getattr(session, "_pre_delete", None)
+    if send is None:
+        return
+    sent: list[asyncio.Future[Any]] = []
+
+    async def once() -> None:
+        if not sent:
+            sent.append(asyncio.ensure_future(send()))
+        await asyncio.shield(sent[0])
+
+    session._pre_delete = once
 
 
 class Loop:

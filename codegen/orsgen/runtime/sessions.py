@@ -221,12 +221,15 @@ class Sessions:
         """A session on the pinned task spec when the module pinned its tasks, else on split and index."""
         spec = self.pin.pinned_spec(split, index)
         if spec is None:
-            return env.session(split=split, index=index, secrets=connection.secrets)
-        from openreward.api.environments.types import Task
+            session = env.session(split=split, index=index, secrets=connection.secrets)
+        else:
+            from openreward.api.environments.types import Task
 
-        task = Task(server_name=env.name, environment_name=self.pin.env or env.name, task_spec=spec,
-                    namespace=env.namespace)
-        return env.session(task=task, secrets=connection.secrets)
+            task = Task(server_name=env.name, environment_name=self.pin.env or env.name, task_spec=spec,
+                        namespace=env.namespace)
+            session = env.session(task=task, secrets=connection.secrets)
+        client.delete_once(session)
+        return session
 
     def started(self) -> None:
         self.failures.started()
