@@ -280,6 +280,7 @@ class Adapter:
             sessions.close(*previous)
         if config.open_in_background and isinstance(row.get("task_prompt"), str):
             episode.expected = row["task_prompt"]
+            opening.add_done_callback(episode.opened)  # its limit counts from the session's start, not the reset's
             return row["task_prompt"]
         try:
             session, prompt = opening.result()

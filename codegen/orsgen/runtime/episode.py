@@ -48,6 +48,9 @@ class Episode(Generic[A]):
         self.turns: tuple[Any, Any] | None = None  # (prompt, completion) as TRL holds them, where known at the end
         self.budgets = Budgets(None, settings) if budgets is None else budgets  # caps, timeouts, episode limits
         self.began = time.perf_counter() if began is None else began  # the reset's start
+        # When the episode was ready (its session started, its prompt read): what episode_timeout counts from, never
+        # the reset's own waits (the SDK's import and the drift check in a process's first, the session's start).
+        self.ready: float | None = None
         self.session: AsyncSession | None = None
         # A session still opening, owned before it was requested (ahead.Planned): an interrupted reset leaves it here
         # for close_all(), exit or collection to close.
@@ -95,7 +98,8 @@ class Episode(Generic[A]):
         """The session a call of tool `name` goes to, or the ToolError (one line) the model is shown instead."""
         self.asked += 1
         limit = self.budgets.episode_timeout
-        if self.why is None and limit is not None and time.perf_counter() - self.began > limit:
+        ready = self.began if self.ready is None else self.ready
+        if self.why is None and limit is not None and time.perf_counter() - ready > limit:
             self.refuse(Unscored.TIMED_OUT, f"it ran past its {limit:g}s from reset ({self.budgets.timeout_from})")
         most = self.budgets.max_tool_calls
         if self.why is None and most is not None and self.asked > most:
@@ -143,7 +147,14 @@ class Episode(Generic[A]):
 
     # -- hooks: records built only when someone listens ----------------------------------------------------------
 
+    def opened(self, _: Any = None) -> None:
+        """Its session opened in the background (the future's callback): the episode is ready from now."""
+        if self.ready is None:
+            self.ready = time.perf_counter()
+
     def started(self, prompt: Any) -> None:
+        """The episode is ready (or could not start): its start settled, its prompt read."""
+        self.opened()
         if hooks.wanted("episode_start"):
             error = self.why if self.prompt_mismatch is None else None
             hooks.emit("episode_start", hooks.EpisodeStart(self.adapter, self.split, self.task_index or 0,

@@ -290,8 +290,9 @@ SETTINGS = (
             variable="ORSGEN_TOOL_TIMEOUT"),
     Setting("close_timeout", _seconds(DEFAULTS.close_timeout), "bound on closing a session",
             variable="ORSGEN_CLOSE_TIMEOUT"),
-    Setting("episode_timeout", _limit, "seconds from reset: a tool call after them voids the episode (unscored "
-            "timed_out) and fails, as every later one does; None: the module's episode-timeout",
+    Setting("episode_timeout", _limit, "seconds from the episode's start (its session open, its prompt read): a "
+            "tool call after them voids the episode (unscored timed_out) and fails, as every later one does; None: "
+            "the module's episode-timeout",
             variable="ORSGEN_EPISODE_TIMEOUT"),
     Setting("batch_calls", _flag, "the first tool call of a GRPOTrainer turn starts the turn's calls of the batch's "
             "later rollouts at once (sync tools)", variable="ORSGEN_BATCH_CALLS"),
