@@ -6,7 +6,8 @@ TRL's own call would have raised.
 
 Only calls TRL will make are started: those `trl.tool_turn` can know for certain, of the module's own tool methods
 (read without running them: `capture`). A call TRL makes that is not the one started ahead is a mismatch: a warning,
-counted, and the feature is off for the rest of the process.
+counted, and the feature is off for the rest of the process. What was started ahead and not begun is dropped then;
+a call already running or done cannot be called back, so it stays for TRL's call of it (sent once, never twice).
 """
 
 from __future__ import annotations
@@ -113,10 +114,16 @@ def take(adapter: Any, name: str, arguments: dict[str, Any]) -> concurrent.futur
             return head.outcome
         totals["mismatched"] += 1
         _off = True
-        left = [c for q in _waiting.values() for c in q]
-        _waiting.clear()
-    for call in left:
-        call.outcome.cancel()
+        for call in _waiting.pop(adapter):  # this rollout left the script: nothing of it is TRL's to take
+            call.outcome.cancel()
+        # The other rollouts': a call not begun is dropped (TRL makes it); one running or done cannot be called back,
+        # so it stays for TRL's call of it, which takes its outcome: sent once, never twice.
+        for other, started in list(_waiting.items()):
+            kept = [call for call in started if not call.outcome.cancel()]
+            if kept:
+                _waiting[other] = kept
+            else:
+                del _waiting[other]
     log.warning("orsgen: TRL called %s(%s) where %s(%s) was started ahead: a turn's calls run one by one from now on",
                 name, sorted(arguments), head.name, sorted(head.arguments))
     return None
