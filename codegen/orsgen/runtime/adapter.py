@@ -324,9 +324,15 @@ class Adapter:
         """The row's task_index; without one, the task of the rollout's slot in the trainer's batch (by
         `task_order`: the seeded shuffle, or by difficulty in training's batches)."""
         if row.get("task_index") is not None:
-            if config.task_order != "shuffle":
-                client.once("task-order-rows", logging.INFO, "orsgen: task_order=%r orders environment-owned data "
-                            "only: the dataset's rows name their tasks", config.task_order)
+            if config.task_order != "shuffle" and (where.batch.stream == "train" if where.batch is not None
+                                                   else trl.worker() is not None):
+                # A WARNING, once, as TRL says of an option that has no effect: the run is right (the sampler's
+                # order), only not what was asked. Not a refusal: evaluation and a job-wide ORSGEN_TASK_ORDER read
+                # the same rows, and an evaluation batch (or `orsgen eval`) naming its tasks is no mistake.
+                client.once("task-order-rows", logging.WARNING, "orsgen: task_order=%r has no effect here: the "
+                            "training rows name their tasks (task_index), so the trainer's sampler orders them; it "
+                            "orders environment-owned data (no train_dataset, or rows without task_index). With a "
+                            "dataset, dataset(pass_rates=..., weight=True) weights its tasks", config.task_order)
             return int(row["task_index"])
         batch = where.batch
         if not where.placeable():
