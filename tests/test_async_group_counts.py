@@ -39,7 +39,7 @@ def test_every_group_trl_scores_was_counted_whole_whatever_its_rollouts_met(tmp_
             start_retries = 0  # task 1 fails at once
 
         Mixed.__name__ = "Mixed"
-        conversations = [tiny.conversation("mixed task 0", name, {}, "scored") for name in ("score", "crash")]
+        conversations = [tiny.conversation("brittle task 0", name, {}, "scored") for name in ("score", "crash")]
         tok = tiny.tokenizer(conversations, tool_methods(mod.Mixed()))
         turns = iter(range(10_000))
         lock = threading.Lock()

@@ -188,7 +188,7 @@ class Sessions:
         """Start `session`, waiting at most `limit` seconds (StartTimeout). A start given up, at the limit or
         cancelled, is still owned: the server may finish it later (a slow environment constructor), so the session
         is closed as soon as its start ends, a close tracked as every other (close_all() and the exit wait for it)."""
-        entering = asyncio.ensure_future(session.__aenter__())
+        entering, began = asyncio.ensure_future(session.__aenter__()), time.perf_counter()
         try:
             await asyncio.wait_for(asyncio.shield(entering), limit)
         except BaseException as exc:
@@ -196,7 +196,6 @@ class Sessions:
                 raise
             running = client.running()
             if running is not None:
-                began = time.perf_counter() - limit
                 future = running.submit(self._end_when_started(session, entering, limit, began))
                 running.closing.add(future)
                 future.add_done_callback(running.closing.discard)
