@@ -281,16 +281,17 @@ def _finish(folder: Path, run: Run, url: str | None, members: list[Any], plan: l
     """The figures of every episode the folder holds: summary.json, report.md, the picture; the report on stdout;
     the passing episodes as an SFT set when asked."""
     from orsgen.evaluate import figures, plot, report, sft
+    from orsgen.runtime import jsontext
     from orsgen.write import atomic
 
     tasks = list(dict.fromkeys((w.member.name, w.row["split"], int(w.row["task_index"])) for w in plan))
-    summary = figures.summary(records, k=run.rollouts, planned=len(plan), given=run.pass_threshold, tasks=tasks)
+    summary = figures.summary(records, k=run.rollouts, planned=len(plan), threshold=run.pass_threshold, tasks=tasks)
     splits = ", ".join(sorted({str(w.row["split"]) for w in plan}))
     names = [m.name for m in members]
-    about: dict[str, Any] = {"model": run.model, "endpoint": url, "target": run.target, "split": splits,
-             "environments": names, "folder": str(folder)}
+    about: dict[str, Any] = {"model": run.model, "endpoint": options.public(url)[0], "target": run.target,
+                             "split": splits, "environments": names, "folder": str(folder)}
     summary["run"] = about
-    atomic(folder / SUMMARY, json.dumps(summary, indent=1) + "\n")
+    atomic(folder / SUMMARY, jsontext.dumps(summary, indent=1) + "\n")
     atomic(folder / REPORT, report.render(summary, about, markdown=True))
     if plot.available():
         rewards = [r["reward"] for r in figures.latest(records) if figures.counts(r) and r.get("reward") is not None]
@@ -322,7 +323,12 @@ def compare(invocation: Invocation) -> int:
             raise OrsgenError(f"--compare: cannot read {path}: {exc}") from None
         if found[-1].get("schema") != figures.SCHEMA:
             raise OrsgenError(f"--compare: {path} is not an orsgen eval summary")
-    names = tuple(p.name if p.is_dir() else p.parent.name for p in invocation.compare)
-    print(report.render_comparison(figures.compare(found[0], found[1]), (names[0], names[1]),
+    names = (invocation.compare[0], invocation.compare[1])
+    named = tuple(p.name if p.is_dir() else p.parent.name for p in names)
+    pair = (named[0], named[1]) if named[0] != named[1] else (str(names[0]), str(names[1]))
+    refused = figures.refusal(found[0], found[1], pair)
+    if refused is not None:
+        raise OrsgenError(f"--compare: {refused}")
+    print(report.render_comparison(figures.compare(found[0], found[1]), pair,
                                    markdown=invocation.format == "markdown"), end="")
     return 0
