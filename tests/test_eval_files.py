@@ -157,7 +157,12 @@ SECRET, QUERY_SECRET = "canary-url-password-7c1d", "canary-url-query-key-90fe"
 
 def test_credentials_in_the_base_url_reach_no_file_and_resume_asks_for_them(studio, tmp_path):
     _, module = studio
-    with serving(paying(RIGHT)) as endpoint:
+    right = paying(RIGHT)
+
+    def refusing_task_3(payload):  # an endpoint_error: its record's `error` names the endpoint
+        return Error(400, "task 3 refused") if first_user_text(payload).endswith(" 3") else right(payload)
+
+    with serving(refusing_task_3) as endpoint:
         given = endpoint.url.replace("http://", f"http://evaluator:{SECRET}@")
         run = evaluation.orsgen_eval(str(module), "--base-url", given, "--model", "scripted", "--tasks", "0-3",
                                      "--out", "run", "--keep-passing", "kept", cwd=tmp_path)
@@ -170,6 +175,8 @@ def test_credentials_in_the_base_url_reach_no_file_and_resume_asks_for_them(stud
     assert run.returncode == 0, run.stderr
     basic = "Basic " + base64.b64encode(f"evaluator:{SECRET}".encode()).decode()
     assert basic in sent  # the credentials were used: the client sent them
+    (failed,) = [r for r in evaluation.records(tmp_path / "run") if r.get("error")]
+    assert f"the endpoint at {endpoint.url} answered 400: task 3 refused" in failed["error"]
     saved = json.loads((tmp_path / "run" / "run.json").read_text())
     assert saved["endpoint"] == endpoint.url
     assert evaluation.summary(tmp_path / "run")["run"]["endpoint"] == endpoint.url
