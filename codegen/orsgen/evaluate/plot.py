@@ -53,4 +53,3 @@ def draw(summary: dict[str, Any], rewards: list[float], title: str, path: Path) 
     figure.savefig(temporary, dpi=100)
     plt.close(figure)
     temporary.replace(path)
-
