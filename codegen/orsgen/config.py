@@ -331,12 +331,28 @@ def find(start: Path) -> Path:
     return start / "pyproject.toml"
 
 
+def read(pyproject: Path) -> dict[str, Any]:
+    """pyproject.toml's tables; OrsgenError, one line, for a file TOML cannot read (not UTF-8: which byte, where).
+    OSError when it cannot be opened."""
+    data = pyproject.read_bytes()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise OrsgenError(f"{pyproject}: not UTF-8 (a TOML file is): byte 0x{data[exc.start]:02x} at offset "
+                          f"{exc.start} (line {line})") from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise OrsgenError(f"{pyproject}: {exc}") from None
+
+
 def load(pyproject: Path) -> list[Job]:
     try:
-        data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
+        data = read(pyproject)
     except FileNotFoundError:
         raise OrsgenError(f"no TARGET given and no {pyproject} with [tool.orsgen] targets: {NO_TARGETS}") from None
-    except (OSError, tomllib.TOMLDecodeError) as exc:
+    except OSError as exc:
         raise OrsgenError(f"{pyproject}: {exc}") from None
     tool = data.get("tool")
     section = tool.get("orsgen") if isinstance(tool, dict) else None

@@ -136,12 +136,18 @@ def measure(invocation: Invocation) -> int:
 
 
 def _what(invocation: Invocation) -> tuple[Path, Run, str | None]:
-    """The run's folder, what it measures and the endpoint: a new run's, or those its folder recorded."""
+    """The run's folder, what it measures and the endpoint: a new run's, or those its folder recorded. Nothing of the
+    user's is replaced: a new run's folder is new or empty, --keep-passing's set is eval's own."""
+    from orsgen.evaluate import sft
+
+    keep = invocation.keep_passing
+    if keep is not None and (keep.exists() and not keep.is_dir() or not sft.ours(keep)):
+        raise OrsgenError(f"--keep-passing {keep}: {keep / sft.NAME if keep.is_dir() else keep} was not written by "
+                          "orsgen eval: not replaced; give another folder")
     if invocation.resume is not None:
         folder = invocation.resume
         run = Run.load(folder)
-        saved = json.loads((folder / RUN).read_text(encoding="utf-8")).get("endpoint")
-        return folder, run, invocation.base_url or saved
+        return folder, run, _endpoint(folder, invocation.base_url)
     if invocation.run is None:
         raise AssertionError("a new run is given")
     run = invocation.run
@@ -150,7 +156,38 @@ def _what(invocation: Invocation) -> tuple[Path, Run, str | None]:
     if (folder / RUN).exists():
         raise OrsgenError(f"{folder} holds a run already: orsgen eval --resume {folder} runs what it is missing, or "
                           "give another --out")
-    return folder, run, invocation.base_url
+    where = f"--out {folder}" if invocation.out else str(folder)
+    if folder.exists() and not folder.is_dir():
+        raise OrsgenError(f"{where}: a file, not a folder: give a new or empty folder")
+    theirs = sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
+    if theirs:
+        raise OrsgenError(f"{where} holds files orsgen eval did not write ({', '.join(theirs[:5])}"
+                          f"{', ...' if len(theirs) > 5 else ''}): nothing there is replaced; give a new or empty "
+                          "folder")
+    return folder, run, invocation.base_url or os.environ.get("OPENAI_BASE_URL") or None
+
+
+def _endpoint(folder: Path, given: str | None) -> str | None:
+    """A resumed run's endpoint: --base-url, else the one run.json saved (OPENAI_BASE_URL when it is that one). A URL
+    whose credentials were not saved must be given again; another OPENAI_BASE_URL is refused, never used silently."""
+    saved = json.loads((folder / RUN).read_text(encoding="utf-8"))
+    url, withheld = saved.get("endpoint"), saved.get("endpoint_withheld") or []
+    if given is not None:
+        if options.public(given)[0] != url:
+            print(f"orsgen eval: --resume {folder}: asking the endpoint at {options.public(given)[0]} (the run began "
+                  f"at {url or 'the openai default'})", file=sys.stderr)
+        return given
+    environ = os.environ.get("OPENAI_BASE_URL") or None
+    if environ is not None:
+        if options.public(environ)[0] == url:
+            return environ
+        raise OrsgenError(f"--resume {folder}: OPENAI_BASE_URL is {options.public(environ)[0]}, and the run measured "
+                          f"the endpoint at {url or 'the openai default'}: give --base-url (its URL, or where it "
+                          "moved)")
+    if withheld:
+        raise OrsgenError(f"--resume {folder}: its endpoint {url} had credentials in its URL ({' and '.join(withheld)}),"
+                          " which are never saved: give --base-url again, with them")
+    return url
 
 
 def _slug(text: str) -> str:
@@ -260,13 +297,15 @@ def _rewards(member: Any, names: tuple[str, ...]) -> tuple[Any, ...]:
 
 
 def _save_run(folder: Path, run: Run, url: str | None, members: list[Any], new: bool) -> None:
+    from orsgen.runtime import jsontext
     from orsgen.write import atomic
 
     if not new:
         return
-    saved = {"run": run.saved(), "endpoint": url,
+    shown, withheld = options.public(url)  # a user:password@ or ?api-key= is used, never saved
+    saved = {"run": run.saved(), "endpoint": shown, **({"endpoint_withheld": withheld} if withheld else {}),
              "environments": [{"name": m.name, "module": m.module.__name__, "snapshot": m.snapshot} for m in members]}
-    atomic(folder / RUN, json.dumps(saved, indent=1) + "\n")
+    atomic(folder / RUN, jsontext.dumps(saved, indent=1) + "\n")
 
 
 def _bug(exc: BaseException) -> str:
@@ -281,16 +320,17 @@ def _finish(folder: Path, run: Run, url: str | None, members: list[Any], plan: l
     """The figures of every episode the folder holds: summary.json, report.md, the picture; the report on stdout;
     the passing episodes as an SFT set when asked."""
     from orsgen.evaluate import figures, plot, report, sft
+    from orsgen.runtime import jsontext
     from orsgen.write import atomic
 
     tasks = list(dict.fromkeys((w.member.name, w.row["split"], int(w.row["task_index"])) for w in plan))
-    summary = figures.summary(records, k=run.rollouts, planned=len(plan), given=run.pass_threshold, tasks=tasks)
+    summary = figures.summary(records, k=run.rollouts, planned=len(plan), threshold=run.pass_threshold, tasks=tasks)
     splits = ", ".join(sorted({str(w.row["split"]) for w in plan}))
     names = [m.name for m in members]
-    about: dict[str, Any] = {"model": run.model, "endpoint": url, "target": run.target, "split": splits,
-             "environments": names, "folder": str(folder)}
+    about: dict[str, Any] = {"model": run.model, "endpoint": options.public(url)[0], "target": run.target,
+                             "split": splits, "environments": names, "folder": str(folder)}
     summary["run"] = about
-    atomic(folder / SUMMARY, json.dumps(summary, indent=1) + "\n")
+    atomic(folder / SUMMARY, jsontext.dumps(summary, indent=1) + "\n")
     atomic(folder / REPORT, report.render(summary, about, markdown=True))
     if plot.available():
         rewards = [r["reward"] for r in figures.latest(records) if figures.counts(r) and r.get("reward") is not None]
@@ -322,7 +362,12 @@ def compare(invocation: Invocation) -> int:
             raise OrsgenError(f"--compare: cannot read {path}: {exc}") from None
         if found[-1].get("schema") != figures.SCHEMA:
             raise OrsgenError(f"--compare: {path} is not an orsgen eval summary")
-    names = tuple(p.name if p.is_dir() else p.parent.name for p in invocation.compare)
-    print(report.render_comparison(figures.compare(found[0], found[1]), (names[0], names[1]),
+    names = (invocation.compare[0], invocation.compare[1])
+    named = tuple(p.name if p.is_dir() else p.parent.name for p in names)
+    pair = (named[0], named[1]) if named[0] != named[1] else (str(names[0]), str(names[1]))
+    refused = figures.refusal(found[0], found[1], pair)
+    if refused is not None:
+        raise OrsgenError(f"--compare: {refused}")
+    print(report.render_comparison(figures.compare(found[0], found[1]), pair,
                                    markdown=invocation.format == "markdown"), end="")
     return 0

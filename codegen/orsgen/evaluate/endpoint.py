@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orsgen.errors import OrsgenError
+from orsgen.evaluate.options import public
 
 BUSY_ATTEMPTS = 10  # 429s in a row before a request fails
 SERVER_ERROR_RETRIES = 2  # a 5xx is asked again this many times (1 s, then 2 s later)
@@ -46,7 +47,8 @@ class Endpoint:
 
     @property
     def where(self) -> str:
-        return self.url or os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1 (the openai default)"
+        url = public(self.url or os.environ.get("OPENAI_BASE_URL"))[0]  # never its user:password@ or query string
+        return url or "https://api.openai.com/v1 (the openai default)"
 
     def secrets(self) -> list[str]:
         """What no record may hold: the endpoint's API key."""

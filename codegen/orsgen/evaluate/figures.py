@@ -3,8 +3,8 @@ mean reward, pass@1 and pass@k, why episodes went unscored, tools, latency, toke
 
 What counts: an episode the environment could not start, whose live prompt was stale, or that the endpoint failed
 says nothing of the model, so it is left out of the pass rates (and counted under its reason). Every other episode
-counts, and passes when its reward is at least the threshold: one no tool scored (`no_tool_scored`) is a failure,
-never a pass.
+counts, and passes when its reward is at least the run's threshold (recorded in run.json when the run starts, never
+made from the rewards seen): one no tool scored (`no_tool_scored`) is a failure, never a pass.
 """
 
 from __future__ import annotations
@@ -32,12 +32,9 @@ def counts(record: dict[str, Any]) -> bool:
     return record.get("unscored_reason") not in NOT_THE_MODEL
 
 
-def threshold(records: list[dict[str, Any]], given: float | None) -> float:
-    """`--pass-threshold`, else 1.0, or the highest reward seen when that is higher."""
-    if given is not None:
-        return given
-    seen = [r["reward"] for r in records if isinstance(r.get("reward"), int | float)]
-    return max([1.0, *seen])
+def settled(record: dict[str, Any]) -> bool:
+    """An episode `--resume` keeps ("done", "saved"); the endpoint's failures run again."""
+    return not record.get("error")
 
 
 def pass_at(n: int, c: int, k: int) -> float | None:
@@ -49,11 +46,11 @@ def pass_at(n: int, c: int, k: int) -> float | None:
     return 1.0 - math.comb(n - c, k) / math.comb(n, k)
 
 
-def summary(records: list[dict[str, Any]], *, k: int, planned: int, given: float | None,
+def summary(records: list[dict[str, Any]], *, k: int, planned: int, threshold: float,
             tasks: list[tuple[str, str, int]]) -> dict[str, Any]:
-    """The run's figures (summary.json); `tasks` are the planned tasks, in order, so unmeasured ones show too."""
+    """The run's figures (summary.json) at the run's `threshold`; `tasks` are the planned tasks, in order, so
+    unmeasured ones show too."""
     records = latest(records)
-    bar = threshold(records, given)
     counted = [r for r in records if counts(r)]
     by_task: dict[tuple[str, str, int], list[dict[str, Any]]] = defaultdict(list)
     for r in records:
@@ -62,7 +59,7 @@ def summary(records: list[dict[str, Any]], *, k: int, planned: int, given: float
     for key in list(dict.fromkeys([*tasks, *sorted(by_task)])):
         mine = by_task.get(key, [])
         good = [r for r in mine if counts(r)]
-        passes = sum(1 for r in good if _passed(r, bar))
+        passes = sum(1 for r in good if passed(r, threshold))
         rewards = [r["reward"] for r in good if r.get("reward") is not None]
         rows.append({"environment": key[0], "split": key[1], "task_index": key[2], "episodes": len(mine),
                      "counted": len(good), "passes": passes, "pass_rate": passes / len(good) if good else None,
@@ -80,13 +77,14 @@ def summary(records: list[dict[str, Any]], *, k: int, planned: int, given: float
     usage = [r["usage"] for r in records if r.get("usage")]
     return {
         "schema": SCHEMA,
-        "episodes": {"planned": planned, "done": len(records), "counted": len(counted)},
-        "pass": {"threshold": bar, "given": given, "k": k,
+        "episodes": {"planned": planned, "done": sum(1 for r in records if settled(r)), "counted": len(counted)},
+        # "given": the bar the run recorded (null in summaries from before it was: theirs was the highest reward seen)
+        "pass": {"threshold": threshold, "given": threshold, "k": k,
                  "at_1": statistics.fmean(t["passes"] / t["counted"] for t in measured) if measured else None,
                  "at_k": statistics.fmean(at_k) if at_k else None, "tasks_at_k": len(at_k),
-                 "rule": f"reward >= {bar:g}; episodes {', '.join(NOT_THE_MODEL)} left out"},
+                 "rule": f"reward >= {threshold:g}; episodes {', '.join(NOT_THE_MODEL)} left out"},
         "reward": {"mean": statistics.fmean(rewards) if rewards else None, "scored": len(rewards),
-                   "passed": sum(1 for r in counted if _passed(r, bar))},
+                   "passed": sum(1 for r in counted if passed(r, threshold))},
         "unscored": dict(sorted(Counter(r["unscored_reason"] for r in records if r.get("unscored_reason")).items())),
         "tools": {"calls_per_episode": statistics.fmean(calls) if calls else None,
                   "failures_per_episode": statistics.fmean(failures) if failures else None,
@@ -120,7 +118,7 @@ def _failed(turn: dict[str, Any]) -> bool:
     return isinstance(content, str) and content.startswith("{'error': ")
 
 
-def _passed(record: dict[str, Any], bar: float) -> bool:
+def passed(record: dict[str, Any], bar: float) -> bool:
     return counts(record) and isinstance(record.get("reward"), int | float) and record["reward"] >= bar
 
 
@@ -131,8 +129,24 @@ def _quantile(values: list[float], q: float) -> float | None:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
+def refusal(before: dict[str, Any], after: dict[str, Any], names: tuple[str, str]) -> str | None:
+    """Why two runs' pass rates cannot be compared (they pass at different bars), or None."""
+    bars = (before["pass"]["threshold"], after["pass"]["threshold"])
+    if bars[0] == bars[1]:
+        return None
+
+    def at(bar: float, summary: dict[str, Any]) -> str:
+        moved = summary["pass"].get("given", bar) is None  # a summary from before the bar was recorded
+        return f"at reward >= {bar:g}" + (" (the highest reward it saw: orsgen eval --resume recomputes it at the "
+                                          "run's bar)" if moved else "")
+
+    return (f"{names[0]} passes {at(bars[0], before)} and {names[1]} {at(bars[1], after)}: their pass rates are not "
+            "comparable (measure both at one --pass-threshold)")
+
+
 def compare(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
-    """Two runs' summaries task by task: each task's pass rate before and after, and which changed."""
+    """Two runs' summaries, measured at one bar, task by task: each task's pass rate before and after, and which
+    changed; `k` is each run's own."""
     def index(summary: dict[str, Any]) -> dict[tuple[Any, ...], dict[str, Any]]:
         return {(t["environment"], t["split"], t["task_index"]): t for t in summary["tasks"]}
 
@@ -144,11 +158,15 @@ def compare(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
         rows.append({"environment": key[0], "split": key[1], "task_index": key[2], "before": was, "after": now,
                      "change": change})
     changed = [r for r in rows if r["change"]]
+    k = (before["pass"]["k"], after["pass"]["k"])
     return {"tasks": rows, "improved": sum(1 for r in changed if r["change"] > 0),
             "regressed": sum(1 for r in changed if r["change"] < 0),
             "unchanged": sum(1 for r in rows if r["change"] == 0),
-            "only_one": sum(1 for r in rows if r["change"] is None),
+            "only_one": sum(1 for r in rows if (r["before"] is None) != (r["after"] is None)),
+            "neither": sum(1 for r in rows if r["before"] is None and r["after"] is None),
+            "counted": (before["episodes"]["counted"], after["episodes"]["counted"]),
+            "unscored": (before["unscored"], after["unscored"]), "k": k,
             "figures": {name: (before["pass"].get(key) if name != "mean reward" else before["reward"]["mean"],
                                after["pass"].get(key) if name != "mean reward" else after["reward"]["mean"])
                         for name, key in (("mean reward", None), ("pass@1", "at_1"),
-                                          (f"pass@{before['pass']['k']}", "at_k"))}}
+                                          (f"pass@{k[0]}" if k[0] == k[1] else "pass@k", "at_k"))}}

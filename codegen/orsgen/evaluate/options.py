@@ -4,8 +4,11 @@ exactly that run: the measured model, tasks, sampling and scoring, never a key."
 from __future__ import annotations
 
 import argparse
+import bisect
 import json
-import os
+import math
+import re
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, NoReturn
@@ -15,6 +18,77 @@ from orsgen.errors import OrsgenError
 MAX_TURNS = 10  # GRPOConfig(max_tool_calling_iterations=10), as a generated module's usage shows it
 CONCURRENCY = 16
 TIMEOUT = 300.0
+PASS_THRESHOLD = 1.0  # a pass: a reward of at least this, unless --pass-threshold says otherwise
+MAX_TASKS = 1_000_000  # --tasks naming more is a typo (0-99999999), refused before a single index is built
+
+
+@dataclass(frozen=True)
+class Tasks:
+    """`--tasks`: task indices as inclusive ranges, in the order given, each index once; never a list of them (a
+    range of 10^8 tasks is two numbers), so it is checked before anything is built. Iterating gives the indices."""
+
+    ranges: tuple[tuple[int, int], ...]
+
+    @classmethod
+    def parse(cls, text: str) -> Tasks:
+        pairs = []
+        for part in text.split(","):
+            found = re.fullmatch(r"\s*([0-9]{1,18})\s*(?:-\s*([0-9]{1,18})\s*)?", part)
+            if found is None or (found[2] is not None and int(found[2]) < int(found[1])):
+                raise ValueError(f"task indices as 0-99 or 3,5,10-19, not {text!r}")
+            pairs.append((int(found[1]), int(found[2] or found[1])))
+        return cls.of(pairs)
+
+    @classmethod
+    def of(cls, pairs: Iterable[tuple[int, int]]) -> Tasks:
+        """The ranges `pairs` name, each index kept where it first appears."""
+        starts: list[int] = []  # what earlier ranges cover: sorted, disjoint
+        ends: list[int] = []
+        kept: list[tuple[int, int]] = []
+        for low, high in pairs:
+            first = last = bisect.bisect_left(ends, low)
+            at = low
+            while last < len(starts) and starts[last] <= high:
+                if starts[last] > at:
+                    kept.append((at, starts[last] - 1))
+                at = max(at, ends[last] + 1)
+                last += 1
+            if at <= high:
+                kept.append((at, high))
+            starts[first:last] = [min(low, starts[first]) if last > first else low]
+            ends[first:last] = [max(high, ends[last - 1]) if last > first else high]
+        merged: list[tuple[int, int]] = []
+        for low, high in kept:
+            if merged and merged[-1][1] + 1 == low:
+                low = merged.pop()[0]
+            merged.append((low, high))
+        return cls(tuple(merged))
+
+    @classmethod
+    def listed(cls, indices: Iterable[int]) -> Tasks:
+        """A run.json from before ranges were kept: its list of indices."""
+        return cls.of((int(i), int(i)) for i in indices)
+
+    def __iter__(self) -> Iterator[int]:
+        for low, high in self.ranges:
+            yield from range(low, high + 1)
+
+    def __len__(self) -> int:
+        return sum(high - low + 1 for low, high in self.ranges)
+
+    def __str__(self) -> str:
+        return ",".join(str(low) if low == high else f"{low}-{high}" for low, high in self.ranges)
+
+
+def public(url: str | None) -> tuple[str | None, list[str]]:
+    """`url` as it may be saved or shown, and what of it was dropped: its `user:password@` ("userinfo") and its query
+    string and fragment ("query", where some gateways take an API key)."""
+    if url is None:
+        return None, []
+    found = re.match(r"([A-Za-z][A-Za-z0-9+.-]*://)?([^/?#]*@)?([^?#]*)", url)
+    assert found is not None  # every part is optional
+    dropped = [*(["userinfo"] if found[2] else []), *(["query"] if found.end() < len(url) else [])]
+    return (found[1] or "") + found[3], dropped
 
 
 @dataclass(frozen=True)
@@ -24,7 +98,7 @@ class Run:
     target: str  # the module, bundle or [tool.orsgen] target name, as given
     model: str
     split: str | None = None  # None: each module's pinned split
-    tasks: tuple[int, ...] | None = None  # --tasks; None: the first `num_tasks` (None: the whole split)
+    tasks: Tasks | None = None  # --tasks; None: the first `num_tasks` (None: the whole split)
     num_tasks: int | None = None
     rollouts: int = 1  # -k
     temperature: float | None = None
@@ -32,12 +106,13 @@ class Run:
     max_tokens: int | None = None
     seed: int | None = None  # each episode's requests carry seed + its number: a rerun asks the same
     max_turns: int = MAX_TURNS
-    pass_threshold: float | None = None  # None: 1.0, or the highest reward seen when that is higher
+    pass_threshold: float = PASS_THRESHOLD  # recorded when the run starts: --resume and the figures keep it
     rewards: tuple[str, ...] = ()  # the module's reward functions by name, before get_reward() (as TRL runs them)
     unscored_reward: float | None = None
 
     def saved(self) -> dict[str, Any]:
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
+        found = {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
+        return {**found, "tasks": None if self.tasks is None else str(self.tasks)}  # "0-99,120", never a list
 
     @classmethod
     def load(cls, folder: Path) -> Run:
@@ -46,6 +121,11 @@ class Run:
             found = json.loads(path.read_text(encoding="utf-8"))["run"]
             given: dict[str, Any] = {f.name: tuple(found[f.name]) if isinstance(found.get(f.name), list) else
                                      found[f.name] for f in fields(cls) if f.name in found}
+            tasks = given.get("tasks")
+            given["tasks"] = (Tasks.parse(tasks) if isinstance(tasks, str) else  # an older run.json: a list
+                              Tasks.listed(tasks) if tasks is not None else None)
+            if given.get("pass_threshold") is None:  # an older run.json: null was "1.0 or the highest reward seen"
+                given["pass_threshold"] = PASS_THRESHOLD
             return cls(**given)
         except FileNotFoundError:
             raise OrsgenError(f"--resume {folder}: no {path}: not the folder of an orsgen eval run") from None
@@ -58,7 +138,7 @@ class Invocation:
     """One command: a run to do or resume, and how (none of it changes what is measured)."""
 
     run: Run | None
-    base_url: str | None
+    base_url: str | None  # --base-url as given (None: OPENAI_BASE_URL, read where the run's endpoint is chosen)
     out: Path | None
     resume: Path | None
     concurrency: int
@@ -102,8 +182,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, help="sampling seed: episode i's requests carry seed + i")
     p.add_argument("--max-turns", type=_count, default=MAX_TURNS, metavar="N", help="tool rounds per episode, as "
                    f"GRPOConfig's max_tool_calling_iterations (default {MAX_TURNS}, the generated module's usage)")
-    p.add_argument("--pass-threshold", type=float, metavar="X", help="a pass is a reward of at least X (default 1.0, "
-                   "or the highest reward seen when higher)")
+    p.add_argument("--pass-threshold", type=_number, metavar="X", help="a pass is a reward of at least X (default "
+                   f"{PASS_THRESHOLD:g}, recorded in the run's run.json)")
     p.add_argument("--reward", action="append", default=[], metavar="NAME", help="a reward function of the module "
                    "(total_reward, ...), run before get_reward() as TRL runs reward_funcs; repeatable")
     p.add_argument("--unscored-reward", type=float, metavar="X", help="the adapter's unscored_reward")
@@ -121,19 +201,30 @@ def parser() -> argparse.ArgumentParser:
 
 
 def _count(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
+    if not re.fullmatch(r"[0-9]{1,18}", text) or int(text) < 1:
         raise argparse.ArgumentTypeError(f"a whole number of at least 1, not {text!r}")
     return int(text)
 
 
-def _tasks(text: str) -> tuple[int, ...]:
-    found: list[int] = []
-    for part in text.split(","):
-        low, dash, high = part.strip().partition("-")
-        if not low.isdigit() or (dash and not high.isdigit()) or (dash and int(high) < int(low)):
-            raise argparse.ArgumentTypeError(f"task indices as 0-99 or 3,5,10-19, not {text!r}")
-        found += range(int(low), int(high) + 1) if dash else [int(low)]
-    return tuple(dict.fromkeys(found))
+def _number(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"a number, not {text!r}")
+    return value
+
+
+def _tasks(text: str) -> Tasks:
+    try:
+        found = Tasks.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if len(found) > MAX_TASKS:
+        raise argparse.ArgumentTypeError(f"{text} names {len(found)} tasks, more than one run takes ({MAX_TASKS}): "
+                                         "-n N measures the first N, no --tasks the whole split")
+    return found
 
 
 def invocation(argv: list[str]) -> Invocation:
@@ -165,11 +256,11 @@ def invocation(argv: list[str]) -> Invocation:
             raise OrsgenError("give -n or --tasks, not both")
         if args.temperature is not None and args.temperature < 0:
             raise OrsgenError(f"--temperature {args.temperature:g}: at least 0")
+        bar = PASS_THRESHOLD if args.pass_threshold is None else args.pass_threshold
         run = Run(args.target, args.model, args.split, args.tasks, args.num_tasks, args.rollouts, args.temperature,
-                  args.top_p, args.max_tokens, args.seed, args.max_turns, args.pass_threshold, tuple(args.reward),
+                  args.top_p, args.max_tokens, args.seed, args.max_turns, bar, tuple(args.reward),
                   args.unscored_reward)
     if args.timeout <= 0:
         raise OrsgenError(f"--timeout {args.timeout:g}: more than 0 seconds")
-    base_url = args.base_url or os.environ.get("OPENAI_BASE_URL")
-    return Invocation(run, base_url, args.out, args.resume, args.concurrency, args.timeout, args.format,
+    return Invocation(run, args.base_url or None, args.out, args.resume, args.concurrency, args.timeout, args.format,
                       args.keep_passing, None)

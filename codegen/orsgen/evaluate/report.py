@@ -32,12 +32,12 @@ def render(summary: dict[str, Any], run: dict[str, Any], markdown: bool) -> str:
     title = f"{run.get('model')} on {', '.join(run.get('environments') or [])} (split {run.get('split')})"
     lines = [f"## orsgen eval: {title}" if markdown else f"orsgen eval: {title}", ""]
     figures = [
-        ("episodes", f"{e['done']} of {e['planned']} ({e['counted']} counted)"),
+        ("episodes", f"{e['done']} of {e['planned']} done ({e['counted']} counted{_failed(summary)})"),
         ("mean reward", f"{_num(summary['reward']['mean'])} over {summary['reward']['scored']} scored episodes"),
         ("pass@1", _pct(p["at_1"])),
         (f"pass@{k}", f"{_pct(p['at_k'])} ({p['tasks_at_k']} tasks with {k} counted episodes)"),
         ("a pass", p["rule"]),
-        ("unscored", ", ".join(f"{reason} {n}" for reason, n in summary["unscored"].items()) or "none"),
+        ("unscored", reasons(summary["unscored"]) or "none"),
         ("tool calls", (f"{_num(summary['tools']['calls_per_episode'], 2)} per episode, "
                        f"{_num(summary['tools']['failures_per_episode'], 2)} failed")),
         ("latency", (f"episode p50 {_num(summary['latency']['episode_p50'], 2)} s, p95 "
@@ -61,13 +61,35 @@ def render(summary: dict[str, Any], run: dict[str, Any], markdown: bool) -> str:
     return "\n".join(lines) + "\n"
 
 
+def reasons(unscored: dict[str, int]) -> str:
+    return ", ".join(f"{reason} {n}" for reason, n in unscored.items())
+
+
+def _failed(summary: dict[str, Any]) -> str:
+    """The episodes the endpoint failed: saved as records, not done (`--resume` runs them again)."""
+    failed = summary["unscored"].get("endpoint_error", 0)
+    return f"; {failed} the endpoint failed: --resume runs them again" if failed else ""
+
+
 def render_comparison(found: dict[str, Any], names: tuple[str, str], markdown: bool) -> str:
     a, b = names
     lines = [f"## orsgen eval: {a} -> {b}" if markdown else f"orsgen eval: {a} -> {b}", ""]
+    empty = [i for i in (0, 1) if not found["counted"][i]]
+    if empty:  # said once: no table of dashes, no task "measured in one run only"
+        said = f"neither {a} nor {b} counted an episode" if len(empty) == 2 else f"{names[empty[0]]} counted no episode"
+        why = "; ".join(f"{names[i]}: {reasons(found['unscored'][i]) or 'no episode ran'}" for i in empty)
+        return "\n".join([*lines, f"{said} ({why}): nothing to compare"]) + "\n"
+    k = found["k"]
+    columns = [a, b] if k[0] == k[1] else [f"{a} (k={k[0]})", f"{b} (k={k[1]})"]
     figures = [[name, _num(was), _num(now)] for name, (was, now) in found["figures"].items()]
-    lines += _table(["figure", a, b], figures, markdown)
+    lines += _table(["figure", *columns], figures, markdown)
+    if k[0] != k[1]:
+        lines += ["", (f"k differs: {a} ran {k[0]} episodes per task, {b} {k[1]}: each pass@k is its own run's; "
+                       "pass@1 and the pass rates compare")]
+    others = [f"{found['only_one']} measured in one run only"] if found["only_one"] else []
+    others += [f"{found['neither']} measured in neither"] if found["neither"] else []
     lines += ["", (f"tasks: {found['improved']} improved, {found['regressed']} regressed, {found['unchanged']} "
-                  f"unchanged, {found['only_one']} measured in one run only"), ""]
+                  f"unchanged{''.join(', ' + x for x in others)}"), ""]
     several = len({t["environment"] for t in found["tasks"]}) > 1
     changed = sorted((t for t in found["tasks"] if t["change"]), key=lambda t: (-abs(t["change"]), t["task_index"]))
     header = [*(["environment"] if several else []), "task", f"pass rate {a}", f"pass rate {b}", "change"]

@@ -7,7 +7,6 @@ import importlib
 import inspect
 import os
 import sys
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -101,8 +100,8 @@ def _path(target: str) -> Path:
         return path
     pyproject = config.find(Path.cwd())
     try:
-        targets = tomllib.loads(pyproject.read_text(encoding="utf-8"))["tool"]["orsgen"]["targets"]
-    except (OSError, KeyError, TypeError, tomllib.TOMLDecodeError):
+        targets = config.read(pyproject)["tool"]["orsgen"]["targets"]
+    except (OSError, KeyError, TypeError):
         raise OrsgenError(f"{target}: not a .py module, and no pyproject.toml here or above lists [tool.orsgen] "
                           "targets to look it up in") from None
     if target not in targets:

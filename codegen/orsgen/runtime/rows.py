@@ -143,6 +143,11 @@ def pass_rates(source: str | os.PathLike[str] | Mapping[Any, float], environment
         except (OSError, ValueError) as exc:
             raise ValueError(f"{where}: cannot read {path}: {exc}") from None
     if isinstance(found, dict) and isinstance(found.get("tasks"), list):  # an `orsgen eval` summary
+        bar = found["pass"] if isinstance(found.get("pass"), dict) else {}
+        if bar.get("given", 1.0) is None and bar.get("threshold") != 1.0:  # the bar was "the highest reward seen"
+            raise ValueError(f"{where}: its pass rates rest on a bar of {bar.get('threshold')}, the highest reward "
+                             "that run saw (orsgen eval before its bar was fixed): orsgen eval --resume on its folder "
+                             "recomputes them at 1.0")
         mine = [t for t in found["tasks"] if isinstance(t, dict) and t.get("split") == split
                 and t.get("environment") in (environment, None) and t.get("pass_rate") is not None]
         if not mine:
