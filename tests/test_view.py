@@ -335,7 +335,7 @@ def test_training_records_from_hooks_chart_each_steps_figures(echo_server, gener
         mod.close_all()
         assert recorder.flush()
     recorder.close()
-    records = [json.loads(line) for line in recorder.path.read_text().splitlines()]
+    records = [json.loads(line) for line in recorder.path.read_text().split("\n") if line]
     assert len(records) == 24 and {r["step"] for r in records} == {0, 1, 2}
 
     made = pages.orsgen_view(str(tmp_path / "traj"), "-o", "training.html", cwd=tmp_path)
@@ -357,18 +357,23 @@ def test_training_records_from_hooks_chart_each_steps_figures(echo_server, gener
 @pytest.mark.trainer
 def test_a_grpo_runs_trajectories_page(echo_server, generate, tmp_path, browser, shots):
     """A real GRPOTrainer with `Trajectories`: the page of its records charts each step as the records say."""
+    from examples import tiny
+
     from tests.harness import trainers
+
+    def half_right(i, prompt):  # every other rollout echoes the word, the others "apple" (the tokenizer's word)
+        return trainers.echo_the_word(i, prompt) if i % 2 else tiny.call_text("echo", {"text": "apple"})
 
     mod = generate(echo_server.url)
     trajectories = mod.Trajectories(tmp_path / "traj")
     trainer = trainers.trainer(mod.Echo, str(tmp_path / "out"), 3, tools=trainers.tool_methods(mod.Echo()),
                                threads=1, train_dataset=mod.dataset(), per_device_train_batch_size=4,
-                               num_generations=4, callbacks=[trajectories])
+                               num_generations=4, callbacks=[trajectories], first_turn=half_right)
     trainer.train()
     mod.close_all()
     trajectories.close()
-    records = [json.loads(line) for line in trajectories.path.read_text().splitlines()]
-    assert len({r["step"] for r in records}) == 3
+    records = [json.loads(line) for line in trajectories.path.read_text().split("\n") if line]
+    assert len({r["step"] for r in records}) == 3 and {0.0, 1.0} <= {r["reward"] for r in records}
 
     made = pages.orsgen_view(str(tmp_path / "traj"), "-o", "training.html", cwd=tmp_path)
     assert made.returncode == 0, made.stderr
@@ -481,7 +486,7 @@ def test_ten_thousand_episodes_build_and_stay_usable(tmp_path, browser, shots, c
     opened.page.wait_for_selector(f"#viewer[data-episode='{long}']")
     result = opened.text("#environment-calls pre:not(.arguments)")
     total = len(records[long]["tool_calls"][-1]["result"])
-    assert f"characters not shown here; the record keeps them]" in result
+    assert "characters not shown here; the record keeps them]" in result
     assert f" of {total:,} characters" in result and len(result) < 1_200  # capped: 1,000 in a run this big
     opened.page.screenshot(path=shots / "big.png")
     quiet(opened, page_path)

@@ -12,9 +12,12 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from orsgen.errors import OrsgenError
+
+if TYPE_CHECKING:
+    from orsgen.view.inputs import Inputs
 
 PAGE = "report.html"  # beside report.md in an eval folder
 EPILOG = """examples:
@@ -38,7 +41,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("paths", nargs="+", type=Path, metavar="PATH", help="an orsgen eval folder; training trajectory "
                    "files or the folder holding them; or two eval folders")
     p.add_argument("-o", "--out", type=Path, metavar="FILE", help="the page (default: FOLDER/report.html for one eval "
-                   f"folder, else ./{'view.html'})")
+                   "folder, else ./view.html)")
     return p
 
 
@@ -59,12 +62,12 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-def write(found: object, out: Path) -> tuple[int, int]:
-    """Build the page of `found` (inputs.Inputs) and write it to `out` atomically: its size in bytes, its episodes."""
+def write(found: Inputs, out: Path) -> tuple[int, int]:
+    """Build the page of `found` and write it to `out` atomically: its size in bytes, its episodes."""
     from orsgen.view import data, page
     from orsgen.write import atomic
 
-    made = data.page(found)  # type: ignore[arg-type]
+    made = data.page(found)
     text = page.render(made)
     atomic(out, text)
     return len(text.encode("utf-8")), sum(len(run["episodes"]) for run in made["runs"])

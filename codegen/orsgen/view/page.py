@@ -31,7 +31,7 @@ def embedded(data: Any) -> str:
 
 def render(data: dict[str, Any]) -> str:
     page = template()
-    hashes = {kind: [] for kind in ("style", "script")}  # type: dict[str, list[str]]
+    hashes: dict[str, list[str]] = {"style": [], "script": []}
     for kind, body in _BLOCK.findall(page):
         digest = base64.b64encode(hashlib.sha256(body.encode()).digest()).decode()
         hashes[kind].append(f"'sha256-{digest}'")
