@@ -358,7 +358,6 @@ def test_training_records_from_hooks_chart_each_steps_figures(echo_server, gener
 def test_a_grpo_runs_trajectories_page(echo_server, generate, tmp_path, browser, shots):
     """A real GRPOTrainer with `Trajectories`: the page of its records charts each step as the records say."""
     from examples import tiny
-
     from tests.harness import trainers
 
     def half_right(i, prompt):  # every other rollout echoes the word, the others "apple" (the tokenizer's word)
@@ -495,6 +494,31 @@ def test_ten_thousand_episodes_build_and_stay_usable(tmp_path, browser, shots, c
 # -- the command ---------------------------------------------------------------------------------------------------
 
 
+def test_a_reward_that_is_not_a_number_is_shown_as_such(tmp_path, browser):
+    """A reward function's NaN (JSON has no such number: Python writes it, JSON.parse refuses it): the page still
+    opens, the episode says NaN, and the step's mean leaves it out."""
+    import random
+
+    records = [pages.record(i, i % 4, i // 4, random.Random(i)) for i in range(8)]
+    records[1]["reward"], records[1]["unscored_reason"], records[1]["scored"] = float("nan"), None, True
+    pages.write_folder(tmp_path / "nan", records, k=2, tasks=[("synthetic", "train", t) for t in range(4)])
+    training = [{**r, "stream": "train", "step": i // 4, "rollout": None} for i, r in enumerate(records)]
+    (tmp_path / "traj").mkdir()
+    (tmp_path / "traj" / "trajectories-rank0.jsonl").write_text("".join(json.dumps(r) + "\n" for r in training))
+    for args, page_path in ((["nan"], tmp_path / "nan" / "report.html"),
+                            (["traj", "-o", "traj.html"], tmp_path / "traj.html")):
+        made = pages.orsgen_view(*args, cwd=tmp_path)
+        assert made.returncode == 0, made.stderr
+        opened = open_page(browser, page_path, "#tab=episodes&ep=1")
+        assert opened.text("#viewer dd[data-fact=reward]") == "NaN"
+        quiet(opened, page_path)
+    opened.page.click("#tab-overview")
+    finite = [r["reward"] for r in training[:4] if r["reward"] is not None and r["reward"] == r["reward"]]
+    assert charted(opened)[0]["reward_mean"] == statistics.fmean(finite)
+    quiet(opened, tmp_path / "traj.html")
+
+
+
 def test_bad_input_is_one_line_and_exit_2(tmp_path):
     pages.eval_folder(tmp_path / "a", 8)
     (tmp_path / "empty").mkdir()
@@ -515,13 +539,19 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path):
 
 
 def test_the_view_needs_no_sdk(tmp_path):
-    """`orsgen view` reads files: it never imports openreward (a 4-5 s import) nor the generator."""
-    pages.eval_folder(tmp_path / "a", 8)
-    code = ("import sys; sys.argv = ['orsgen', 'view', 'a']; from orsgen.command import main; code = main(); "
-            "print(code, sorted(m for m in ('openreward', 'black', 'jinja2', 'torch') if m in sys.modules))")
+    """`orsgen view` reads files: it never imports openreward (a 4-5 s import), torch, nor the generator."""
+    import random
     import subprocess
     import sys
 
-    found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=60,
-                           env=evaluation.environ(), check=False)
-    assert found.stdout == "0 []\n", found.stderr
+    pages.eval_folder(tmp_path / "a", 8)
+    (tmp_path / "traj").mkdir()
+    (tmp_path / "traj" / "trajectories-rank0.jsonl").write_text("".join(
+        json.dumps(pages.record(i, i % 2, 0, random.Random(i), step=i // 4, stream="train")) + "\n" for i in range(8)))
+    for given in (["a"], ["traj", "-o", "t.html"]):
+        code = (f"import sys; sys.argv = ['orsgen', 'view', *{given!r}]; from orsgen.command import main; "
+                "code = main(); print(code, sorted(m for m in ('openreward', 'black', 'jinja2', 'torch', "
+                "'transformers', 'datasets') if m in sys.modules))")
+        found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path,
+                               timeout=60, env=evaluation.environ(), check=False)
+        assert found.stdout == "0 []\n", found.stderr

@@ -82,5 +82,8 @@ def open_page(browser: Any, path: Path, fragment: str = "") -> Opened:
     page.on("dialog", dialog)
     context.on("request", lambda request: opened.requests.append(request.url))
     page.goto(path.resolve().as_uri() + fragment)
-    page.wait_for_selector("#tabs a")
+    try:
+        page.wait_for_selector("#tabs a", timeout=30_000)
+    except Exception as exc:  # playwright's TimeoutError: say what the page said
+        raise AssertionError(f"{path}: the page drew nothing; its errors: {opened.errors}") from exc
     return opened

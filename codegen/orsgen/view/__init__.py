@@ -35,9 +35,10 @@ class _Parser(argparse.ArgumentParser):
 
 def parser() -> argparse.ArgumentParser:
     p = _Parser(prog="orsgen view", allow_abbrev=False, epilog=EPILOG,
-                formatter_class=argparse.RawDescriptionHelpFormatter,
+                formatter_class=lambda prog: argparse.RawDescriptionHelpFormatter(prog, max_help_position=30,
+                                                                                  width=110),
                 description="Write one self-contained HTML page of a run: its figures, each task and tool, every "
-                "episode's conversation. It opens from disk in any browser and makes no request.")
+                "episode's conversation.\nIt opens from disk in any browser and makes no request.")
     p.add_argument("paths", nargs="+", type=Path, metavar="PATH", help="an orsgen eval folder; training trajectory "
                    "files or the folder holding them; or two eval folders")
     p.add_argument("-o", "--out", type=Path, metavar="FILE", help="the page (default: FOLDER/report.html for one eval "

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import math
 import re
 import statistics
 from collections import Counter, defaultdict
@@ -127,7 +128,8 @@ def steps(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     rows = []
     for step in sorted(by_step):
         mine = by_step[step]
-        rewards = [float(r["reward"]) for r in mine if isinstance(r.get("reward"), int | float)]
+        rewards = [float(r["reward"]) for r in mine if isinstance(r.get("reward"), int | float)
+                   and math.isfinite(r["reward"])]  # a NaN reward is counted scored, not averaged
         groups: dict[tuple[Any, ...], list[float | None]] = defaultdict(list)
         for r in mine:
             groups[(r.get("run"), r.get("environment"), r.get("split"), r.get("task_index"))].append(r.get("reward"))

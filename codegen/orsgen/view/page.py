@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import html
+import math
 import re
 from importlib import resources
 from typing import Any
@@ -25,8 +26,22 @@ def template() -> str:
 
 def embedded(data: Any) -> str:
     """`data` as JSON text safe inside a `<script type="application/json">` element."""
-    text = jsontext.dumps(data, separators=(",", ":"))
+    try:
+        text = jsontext.dumps(data, separators=(",", ":"), allow_nan=False)
+    except ValueError:  # a NaN or infinite reward: JSON has no such number, JSON.parse refuses Python's NaN
+        text = jsontext.dumps(_finite(data), separators=(",", ":"))
     return _UNSAFE_RE.sub(lambda found: _UNSAFE[found.group()], text)
+
+
+def _finite(value: Any) -> Any:
+    """`value` with each NaN or infinity as its name (a string, which the page shows as it is)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value).replace("nan", "NaN").replace("inf", "Infinity")
+    if isinstance(value, dict):
+        return {key: _finite(v) for key, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
 
 
 def render(data: dict[str, Any]) -> str:
