@@ -494,6 +494,39 @@ def test_ten_thousand_episodes_build_and_stay_usable(tmp_path, browser, shots, c
 # -- the command ---------------------------------------------------------------------------------------------------
 
 
+def test_images_are_shown_as_the_record_holds_them(tmp_path, browser):
+    """A tool result's image: a data: URI (Pillow absent when recorded) inline, Pillow's description as text, an SVG
+    (which can hold script) as "[an image]", any other address as text, never fetched."""
+    import base64
+    import io
+    import random
+
+    from PIL import Image
+
+    png = io.BytesIO()
+    Image.new("RGB", (24, 16), (200, 40, 40)).save(png, format="PNG")
+    uri = "data:image/png;base64," + base64.b64encode(png.getvalue()).decode()
+    svg = "data:image/svg+xml;base64," + base64.b64encode(b"<svg onload='alert(1)'/>").decode()
+    records = [pages.record(i, i, 0, random.Random(i)) for i in range(2)]
+    records[0]["tool_calls"][-1]["result"] = [{"type": "text", "text": "a picture"}, {"type": "image", "image": uri},
+                                              {"type": "image", "image": "[image 64x48]"},
+                                              {"type": "image", "image": svg},
+                                              {"type": "image", "image": "https://example.com/x.png"}]
+    pages.write_folder(tmp_path / "pictures", records, k=1, tasks=[("synthetic", "train", t) for t in range(2)])
+    made = pages.orsgen_view("pictures", cwd=tmp_path)
+    assert made.returncode == 0, made.stderr
+    page_path = tmp_path / "pictures" / "report.html"
+    self_contained(page_path.read_text(encoding="utf-8"))
+    opened = open_page(browser, page_path, "#tab=episodes&ep=0")
+    images = opened.page.eval_on_selector_all("#environment-calls img", "is => is.map(i => [i.src, i.naturalWidth])")
+    assert images == [[uri, 24]]  # drawn: the policy lets data: images in
+    texts = opened.page.eval_on_selector_all("#environment-calls pre:not(.arguments)",
+                                             "ps => ps.map(p => p.textContent)")
+    assert texts == ["a picture", "[image 64x48]", "[an image]", "https://example.com/x.png"]  # text, never fetched
+    quiet(opened, page_path)
+
+
+
 def test_a_reward_that_is_not_a_number_is_shown_as_such(tmp_path, browser):
     """A reward function's NaN (JSON has no such number: Python writes it, JSON.parse refuses it): the page still
     opens, the episode says NaN, and the step's mean leaves it out."""

@@ -138,6 +138,16 @@ def tool_calls(record: dict[str, Any]) -> tuple[int, int]:
     return len(turns), sum(1 for t in turns if _failed(t))
 
 
+def passed(record: dict[str, Any], bar: float) -> bool:
+    """Whether an episode passed, as `summary` counts it: counted, its reward at least `bar`."""
+    return _passed(record, bar)
+
+
+def failed(turn: dict[str, Any]) -> bool:
+    """Whether a tool turn (or a call the runtime recorded) failed, as TRL counts it."""
+    return _failed(turn)
+
+
 def by_tool(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Each tool's figures, as `summary` counts them: calls and failed calls (TRL's tool turns) over the counted
     episodes; over every episode, the calls that reached the environment (`tool_calls`): their seconds (p50, p95),

@@ -76,7 +76,7 @@ def write(found: Inputs, out: Path) -> tuple[int, int]:
 
 def beside(folder: Path) -> Path | None:
     """The page of an `orsgen eval` folder, written to FOLDER/report.html once its summary.json is; its path, said
-    on stderr (or one line saying why there is none: the run's figures are written already)."""
+    on stderr (or one line saying why there is none: the run's figures are written already, and stand)."""
     from orsgen.view import inputs
 
     out = folder / PAGE
@@ -84,6 +84,10 @@ def beside(folder: Path) -> Path | None:
         size, _ = write(inputs.read([folder]), out)
     except OrsgenError as exc:
         print(f"orsgen eval: no {out}: {exc}", file=sys.stderr)
+        return None
+    except Exception as exc:  # noqa: BLE001 - a bug of the page's must not fail a measurement already saved
+        print(f"orsgen eval: no {out}: internal error: {type(exc).__name__}: {exc}: please report it (orsgen view "
+              f"{folder} shows the traceback)", file=sys.stderr)
         return None
     print(f"orsgen eval: {out} ({_size(size)}): open it in a browser", file=sys.stderr)
     return out

@@ -98,7 +98,6 @@ def _training(source: Source) -> dict[str, Any]:
     """A training run: its figures as `figures.summary` counts an eval's (each episode its own: trainers write no
     `rollout`), a pass being a reward at the highest seen or 1.0; its steps (the "train" stream's episodes)."""
     numbered = [{**r, "rollout": i} for i, r in enumerate(source.records)]
-    tasks = list(dict.fromkeys((r.get("environment"), r.get("split"), r.get("task_index")) for r in numbered))
     summary = figures.summary(numbered, k=1, planned=len(numbered), given=None, tasks=[])
     header = {
         "model": ", ".join(sorted({str(r["model"]) for r in numbered if r.get("model")})) or None,
@@ -106,7 +105,7 @@ def _training(source: Source) -> dict[str, Any]:
         "split": ", ".join(sorted({str(r["split"]) for r in numbered if r.get("split")})),
         "runs": list(dict.fromkeys(str(r["run"]) for r in numbered if r.get("run"))),
         "ranks": sorted({r["rank"] for r in numbered if isinstance(r.get("rank"), int)}),
-        "files": [str(f) for f in source.files], "pins": [], "when": _when(numbered), "tasks": len(tasks),
+        "files": [str(f) for f in source.files], "pins": [], "when": _when(numbered),
     }
     return {"name": source.name, "kind": "training", "header": header, "summary": summary,
             "tasks": _tasks(summary, numbered), "tools": figures.by_tool(numbered), "steps": steps(source.records),
@@ -154,9 +153,9 @@ def _comparison(a: Source, b: Source) -> dict[str, Any]:
     order = sorted(range(len(found["tasks"])), key=lambda i: (not found["tasks"][i]["change"],
                                                               -abs(found["tasks"][i]["change"] or 0), i))
     bars = [{"threshold": s["pass"]["threshold"], "k": s["pass"]["k"]} for s in (before, after)]
-    return {**found, "tasks": [found["tasks"][i] for i in order], "figures": [[name, pair[0], pair[1]] for name, pair
-                                                                          in found["figures"].items()],
-            "bars": bars, "differ": [key for key in ("threshold", "k") if bars[0][key] != bars[1][key]]}
+    pairs = [[name, was, now] for name, (was, now) in found["figures"].items()]
+    return {**found, "tasks": [found["tasks"][i] for i in order], "figures": pairs, "bars": bars,
+            "differ": [key for key in ("threshold", "k") if bars[0][key] != bars[1][key]]}
 
 
 # -- episodes, as the model saw them -------------------------------------------------------------------------------
@@ -176,7 +175,7 @@ def _episode(number: int, r: dict[str, Any], bar: float, cap: int) -> dict[str, 
         "rank": r.get("rank"), "stream": r.get("stream"), "run": r.get("run"), "model": r.get("model"),
         "reward": r.get("reward"), "scored": r.get("scored"), "unscored": r.get("unscored_reason"),
         "counted": figures.counts(r),
-        "passed": figures.counts(r) and isinstance(r.get("reward"), int | float) and r["reward"] >= bar,
+        "passed": figures.passed(r, bar),
         "calls": calls, "failed_calls": failed, "finished": r.get("finished"), "ended": _ended(r),
         "session": r.get("session"), "seconds": r.get("seconds"), "usage": r.get("usage"),
         "ended_at": r.get("ended_at"), "policy_version": r.get("policy_version"),
@@ -217,6 +216,8 @@ def _turns(turns: Any, cap: int) -> list[dict[str, Any]] | None:
             shown.append({"role": "?", "content": _cap(_json(turn), cap)})
             continue
         item: dict[str, Any] = {"role": str(turn.get("role")), "content": _content(turn.get("content"), cap)}
+        if item["role"] == "tool":
+            item["failed"] = figures.failed(turn)
         if turn.get("name") is not None:
             item["name"] = str(turn["name"])
         calls = turn.get("tool_calls")
