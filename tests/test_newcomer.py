@@ -182,6 +182,7 @@ def test_wheel_ships_the_templates(tmp_path):
     templates = sorted(p.name for p in (ROOT / "templates").glob("*.jinja"))
     assert sorted(n.removeprefix("orsgen/templates/") for n in names if n.startswith("orsgen/templates/")) == templates
     assert not [n for n in names if n.startswith(("templates/", "tests/", "examples/"))]
+    assert "orsgen/view/page.html" in names  # orsgen view's page
 
 
 def test_cli_without_the_generator_extra_says_so():

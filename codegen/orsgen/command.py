@@ -1,6 +1,6 @@
-"""The `orsgen` command: `orsgen serve ...` and `orsgen eval ...` need only the runtime install (eval: transformers
-too, which a training install has); generation needs the generator's extra, and without it `orsgen` says in one line
-what to install (`--help` and `--version` still answer)."""
+"""The `orsgen` command: `orsgen serve ...`, `orsgen eval ...` and `orsgen view ...` need only the runtime install
+(eval: transformers too, which a training install has); generation needs the generator's extra, and without it
+`orsgen` says in one line what to install (`--help` and `--version` still answer)."""
 
 import importlib.util
 import sys
@@ -10,7 +10,8 @@ from orsgen import __version__
 GENERATOR = ("jinja2", "black")  # the `generator` extra
 USAGE = """usage: orsgen [TARGET ...] [-o FILE] [--check] [--diff] [--offline] [--report] [options]
        orsgen serve MODULE:CLASS [MODULE:CLASS ...] [--port N] [--host HOST]
-       orsgen eval TARGET --model NAME [--base-url URL] [-n N | --tasks SPEC] [-k K] [--out DIR] [options]"""
+       orsgen eval TARGET --model NAME [--base-url URL] [-n N | --tasks SPEC] [-k K] [--out DIR] [options]
+       orsgen view PATH... [-o FILE.html]"""
 
 
 def main() -> int:
@@ -23,6 +24,10 @@ def main() -> int:
         from orsgen import evaluate
 
         return evaluate.main(argv[1:])
+    if argv[:1] == ["view"]:  # reads files: no SDK, no generator
+        from orsgen import view
+
+        return view.main(argv[1:])
     missing = [name for name in GENERATOR if importlib.util.find_spec(name) is None]
     if missing:
         return without_generator(argv, missing)
@@ -46,7 +51,7 @@ def without_generator(argv: list[str], missing: list[str]) -> int:
         if arg in ("-h", "--help"):
             print(USAGE)
             print(f"generating and checking modules needs the generator ({' and '.join(missing)} are not installed "
-                  f"here): {install}; orsgen serve and orsgen eval need only this install")
+                  f"here): {install}; orsgen serve, orsgen eval and orsgen view need only this install")
             return 0
     print(f"orsgen: error: the generator needs {' and '.join(missing)}: {install} (a training image needs only the "
           "run time)", file=sys.stderr)

@@ -346,6 +346,9 @@ def _finish(folder: Path, run: Run, url: str | None, members: list[Any], plan: l
         path = sft.write(invocation.keep_passing, kept)
         print(f"orsgen eval: {len(kept)} passing episodes in {path} (messages, tools: SFTTrainer's format)",
               file=sys.stderr)
+    from orsgen import view  # the run's page, beside report.md
+
+    view.beside(folder)
     return summary
 
 

@@ -10,6 +10,7 @@ made from the rewards seen): one no tool scored (`no_tool_scored`) is a failure,
 from __future__ import annotations
 
 import math
+import re
 import statistics
 from collections import Counter, defaultdict
 from collections.abc import Iterable
@@ -119,6 +120,7 @@ def _failed(turn: dict[str, Any]) -> bool:
 
 
 def passed(record: dict[str, Any], bar: float) -> bool:
+    """Whether an episode passed, as `summary` counts it: counted, its reward at least `bar`."""
     return counts(record) and isinstance(record.get("reward"), int | float) and record["reward"] >= bar
 
 
@@ -142,6 +144,65 @@ def refusal(before: dict[str, Any], after: dict[str, Any], names: tuple[str, str
 
     return (f"{names[0]} passes {at(bars[0], before)} and {names[1]} {at(bars[1], after)}: their pass rates are not "
             "comparable (measure both at one --pass-threshold)")
+
+
+def tool_calls(record: dict[str, Any]) -> tuple[int, int]:
+    """An episode's tool calls and failed calls, as TRL counts them (`summary`'s per episode)."""
+    turns = _tool_turns(record)
+    return len(turns), sum(1 for t in turns if _failed(t))
+
+
+def failed(turn: dict[str, Any]) -> bool:
+    """Whether a tool turn (or a call the runtime recorded) failed, as TRL counts it."""
+    return _failed(turn)
+
+
+def by_tool(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each tool's figures, as `summary` counts them: calls and failed calls (TRL's tool turns) over the counted
+    episodes; over every episode, the calls that reached the environment (`tool_calls`): their seconds (p50, p95),
+    the characters the model was shown (before a record's own cap), those a budget cut or left images out of, and
+    those that timed out. Most calls first."""
+    records = latest(records)
+    tools: dict[str, dict[str, Any]] = defaultdict(lambda: {"calls": 0, "failed": 0, "reached": 0, "seconds": [],
+                                                             "chars": [], "budget_cut": 0, "timed_out": 0})
+    for r in records:
+        if counts(r):
+            for turn in _tool_turns(r):
+                tool = tools[str(turn.get("name"))]
+                tool["calls"] += 1
+                tool["failed"] += _failed(turn)
+        for call in r.get("tool_calls") or []:
+            tool = tools[str(call.get("name"))]
+            tool["reached"] += 1
+            tool["seconds"].append(call.get("seconds") or 0.0)
+            tool["chars"].append(_shown(call.get("result"), call.get("cut") or 0))
+            tool["budget_cut"] += bool(call.get("truncated") or call.get("images_left_out"))
+            tool["timed_out"] += bool(call.get("timed_out"))
+    rows = []
+    for name, t in tools.items():
+        seconds, chars = t.pop("seconds"), t.pop("chars")
+        rows.append({"name": name, **t, "failure_rate": t["failed"] / t["calls"] if t["calls"] else None,
+                     "seconds_p50": _quantile(seconds, 0.5), "seconds_p95": _quantile(seconds, 0.95),
+                     "chars_mean": statistics.fmean(chars) if chars else None, "chars_max": max(chars, default=None)})
+    return sorted(rows, key=lambda t: (-t["calls"], -t["reached"], t["name"]))
+
+
+_CUT = re.compile(r"\n\[orsgen: (\d+) of (\d+) characters cut from this tool result\]\n")
+
+
+def _shown(result: Any, cut: int) -> int:
+    """The characters of a tool result the model was shown: its text (content parts: their texts), before the
+    record's cap (whose marker says how long it was)."""
+    if isinstance(result, str):
+        texts = [result]
+    else:
+        parts = result if isinstance(result, list) else []
+        texts = [p["text"] for p in parts if isinstance(p, dict) and isinstance(p.get("text"), str)]
+    total = 0
+    for text in texts:
+        found = _CUT.search(text) if cut else None
+        total += int(found.group(2)) if found else len(text)
+    return total
 
 
 def compare(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
