@@ -308,10 +308,12 @@ def report(episodes: list[Episode], live: Any, args: argparse.Namespace) -> int:
                                           for e in differ]}, indent=1))
         return code
     why = "; ".join(f"{n} {reason}" for reason, n in reasons.items())
+    if not replayed:
+        print(f"orsgen: error: none of the {len(episodes)} records could be replayed ({why})", file=sys.stderr)
+        return code
     print(f"orsgen replay: {len(episodes)} episodes against {live.name} at {live.where}: {len(equal)} equal, "
           f"{len(differ)} differ, {len(skipped)} not replayable" + (f" ({why})" if why else ""))
     for e in differ:
         print(f"  differs: {e.name()}: {e.said}")
-    if replayed:
-        print(f"orsgen replay: the replayed records are in {args.out}", file=sys.stderr)
+    print(f"orsgen replay: the replayed records are in {args.out}", file=sys.stderr)
     return code

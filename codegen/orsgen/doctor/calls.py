@@ -6,17 +6,18 @@ must refuse in words: not answer, raise, hang or show a traceback)."""
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from orsgen.doctor import arguments
-from orsgen.doctor.check import FAILED, PASSED, SKIPPED, Check, Facts, Tool, names
+from orsgen.doctor.check import FAILED, PASSED, SKIPPED, WARNING, Check, Facts, Tool, names
 from orsgen.doctor.probe import Outcome, StartFailed
 
 AT_ONCE = 4  # sessions opened at once
 FIX = {
     "traceback": "catch errors inside the tool and answer a short message a model can act on, not a stack trace",
-    "lies": "make the parameter model say what the tool needs (a field without a default is required): its schema "
-            "is what the model is shown",
+    "lies": "declare the argument required in the parameter model (a field without a default): its schema is "
+            "what the model is shown",
     "raised": "answer every input the schema accepts (a ToolOutput saying what is wrong), or refuse it in the "
               "parameter model (a validator), where the server refuses it in words",
     "http": "answer every input the schema accepts; the server's log says what failed",
@@ -50,11 +51,14 @@ def answer(facts: Facts) -> Check:
             if outcome.traceback:
                 problems.append(("traceback", f"{tool.name} answered {given} with a traceback: {outcome.said()}"))
         elif outcome.kind == "refused" and outcome.reason == "input_validation" and not outcome.traceback:
-            if made.sure:
-                problems.append(("lies", f"{tool.name} refused {given}, which its schema accepts: {outcome.said()}"))
+            wanted = _unsent(tool, outcome) if made.sure else None
+            if wanted is not None:
+                said = (f"{tool.name} refused {given}, which its schema accepts, for want of {wanted!r}, which its "
+                        f"schema says is optional: {outcome.said()}")
+                problems.append(("lies", said))
             else:
-                notes.append(f"{tool.name} refused {given} (a pattern or format this check cannot satisfy): not "
-                             "judged")
+                notes.append(f"{tool.name} refused {given}, made from its schema ({outcome.said()}): a constraint "
+                             "the schema does not state, or one this check cannot satisfy; not judged")
         else:
             kind = "traceback" if outcome.traceback else outcome.kind if outcome.kind in FIX else "raised"
             problems.append((kind, f"{tool.name} {outcome.shown()} for {given}, which its schema accepts"))
@@ -67,6 +71,10 @@ def answer(facts: Facts) -> Check:
         return Check("tools answer", FAILED, first + more, fix=FIX[kind], details=[p for _, p in problems] + notes,
                      figures=figures)
     working = [t.name for t in facts.tools if facts.answered[t.name].kind == "ok"]
+    if not working:
+        return Check("tools answer", WARNING, f"no tool answered arguments made from its schema: {notes[0]}",
+                     fix="state each constraint in the schema (Field(ge=..., pattern=...)), so a model can meet it",
+                     details=notes, figures=figures)
     return Check("tools answer", PASSED, f"{names(working) or 'no tool'} answered arguments made from their schemas "
                  f"({where})", details=notes, figures=figures)
 
@@ -126,6 +134,16 @@ def _each_alone(facts: Facts, calls: list[tuple[str, dict[str, Any]]]) -> list[O
         finally:
             probe.close_many(sessions)
     return found
+
+
+def _unsent(tool: Tool, outcome: Outcome) -> str | None:
+    """The optional argument (by its schema) that a refusal of the minimal arguments asks for: one not sent that the
+    server's error names. A refusal of a value that was sent is a constraint the schema does not state: not this."""
+    properties = (tool.schema or {}).get("properties") or {}
+    for name in properties:
+        if name not in outcome.arguments and re.search(rf"(?<![\w-]){re.escape(name)}(?![\w-])", outcome.raw):
+            return str(name)
+    return None
 
 
 def _shown(values: dict[str, Any]) -> str:

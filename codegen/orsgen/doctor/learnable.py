@@ -22,8 +22,8 @@ def run(facts: Facts, endpoint: str, model: str, tasks: int, k: int) -> Check:
     with tempfile.TemporaryDirectory(prefix="orsgen-doctor-") as folder:
         try:
             module = _module(facts, Path(folder))
-            argv = [str(module), "--model", model, "--base-url", endpoint, "-n", str(tasks), "-k", str(k), "--out",
-                    str(Path(folder) / "eval")]
+            argv = [str(module), "--model", model, "--base-url", endpoint, "-n", str(tasks), "-k", str(k), "--seed",
+                    "0", "--out", str(Path(folder) / "eval")]  # seeded: a rerun of the doctor asks the same
             if facts.split is not None:
                 argv += ["--split", facts.split]
             with contextlib.redirect_stdout(sys.stderr):  # its report: --json keeps stdout for the doctor's
