@@ -121,6 +121,21 @@ def test_a_generated_module_with_a_model_behind_an_endpoint(tmp_path):
     assert code == 0
 
 
+def test_a_catalog_name_is_checked_where_and_as_the_sdk_sends_it(monkeypatch):
+    """`owner/name` with OPENREWARD_API_KEY: the platform's session server (here OPENREWARD_SESSION_URL, a server on
+    127.0.0.1 standing in for it), every request carrying the deployment and the key, as the SDK sends them."""
+    with servers.running("examples.echo:Echo", env=COUNTED) as server:
+        monkeypatch.setenv("OPENREWARD_SESSION_URL", server.url)
+        monkeypatch.setenv("OPENREWARD_API_KEY", "canary-key-d0c70r")
+        code, found = run_doctor("someone/echo")
+        assert_all_closed(server, found)
+        sent = [(r["request"], r["headers"].get("x-deployment"), r["headers"].get("x-api-key"))
+                for r in server.headers() if r["request"] in ("POST /create", "POST /call")]  # bare: no variant
+    assert code == 0 and found["environment"] == "someone/echo" and found["url"] is None
+    assert {r for r, _, _ in sent} == {"POST /create", "POST /call"}
+    assert {(d, k) for _, d, k in sent} == {("someone/echo", "canary-key-d0c70r")}
+
+
 def test_every_check_holds_to_its_session_bound(monkeypatch, echo_server):
     """At most doctor.SESSIONS sessions per check: a check that needs more stops at the bound and says so, and what
     it opened is closed."""

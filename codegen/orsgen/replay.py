@@ -100,6 +100,8 @@ def main(argv: list[str]) -> int:
 
 def read(paths: list[Path]) -> list[Episode]:
     """Every record of the files (a folder: its trajectories*.jsonl), in order; OrsgenError when there is none."""
+    from orsgen.runtime import trajectories
+
     files: list[Path] = []
     for path in paths:
         if path.is_dir():
@@ -126,7 +128,7 @@ def read(paths: list[Path]) -> list[Episode]:
             except ValueError:
                 record = None
             where = f"{path}:{number}"
-            if not isinstance(record, dict) or record.get("schema") != "orsgen.trajectory/1":
+            if not isinstance(record, dict) or record.get("schema") != trajectories.SCHEMA:
                 episodes.append(Episode(where, {}, "not replayable", "not trajectory records"))
             else:
                 episodes.append(Episode(where, record))
@@ -138,6 +140,7 @@ def read(paths: list[Path]) -> list[Episode]:
 def replay(episodes: list[Episode], live: Any) -> None:
     """Each replayable episode re-driven, compared, its replayed record kept (one at a time, in order)."""
     from orsgen.evaluate.episode import Watcher
+    from orsgen.runtime.errors import StartError, WrongServer
 
     classes = _classes(live)
     watcher = Watcher()
@@ -149,7 +152,10 @@ def replay(episodes: list[Episode], live: Any) -> None:
             if why is not None:
                 episode.status, episode.said = "not replayable", why
                 continue
-            episode.replayed = _again(episode.record, classes(episode.record.get("adapter")), watcher)
+            try:
+                episode.replayed = _again(episode.record, classes(episode.record.get("adapter")), watcher)
+            except (StartError, WrongServer, ValueError) as exc:  # what stops every episode: one line, exit 2
+                raise OrsgenError(f"replaying {episode.where}: {exc}") from None
             difference = compare(episode.record, episode.replayed)
             if difference is not None:
                 episode.status, episode.said = "differs", difference

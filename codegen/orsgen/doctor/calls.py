@@ -75,7 +75,7 @@ def answer(facts: Facts) -> Check:
         return Check("tools answer", WARNING, f"no tool answered arguments made from its schema: {notes[0]}",
                      fix="state each constraint in the schema (Field(ge=..., pattern=...)), so a model can meet it",
                      details=notes, figures=figures)
-    return Check("tools answer", PASSED, f"{names(working) or 'no tool'} answered arguments made from their schemas "
+    return Check("tools answer", PASSED, f"{names(working)} answered arguments made from their schemas "
                  f"({where})", details=notes, figures=figures)
 
 

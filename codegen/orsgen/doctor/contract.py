@@ -67,7 +67,7 @@ def run(facts: Facts) -> Check:
     said = f"{summary}: schemas valid, every tool described" + ("" if cautions else ", names safe")
     if fidelity:
         said += (f"; what the model sees: {fidelity['differences']} differences, {fidelity['lost']} schema keys lost "
-                 f"(orsgen {facts.live.target} --report)")
+                 f"(orsgen {facts.live.url if facts.live.served else facts.live.target} --report)")
     if cautions:
         return Check("contract", WARNING, f"{said}; but {cautions[0]}" + (f" (and {len(cautions) - 1} more)" if
                      len(cautions) > 1 else ""), fix=_fix(cautions[0]), details=cautions + notes, figures=figures)

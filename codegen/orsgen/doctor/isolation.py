@@ -58,7 +58,7 @@ def run(facts: Facts, sessions: int) -> Check:
         return Check("isolation", PASSED, f"{sessions} sessions at once: no session saw another's text; two "
                      "sessions alone got different results, so results were not compared (determinism)",
                      details=[_first_difference(alone, again, markers, "in a first session alone", "in a later one")])
-    for i, outcomes in enumerate(together):
+    for outcomes in together:
         if [_plain(o, markers) for o in outcomes] != base:
             said = _first_difference(alone, outcomes, markers, "alone", f"beside {sessions - 1} other sessions")
             facts.shared = said

@@ -78,7 +78,7 @@ class Live:
 
     @property
     def where(self) -> str:
-        return self.url or f"the catalog ({self.deployment})"
+        return self.url or f"{wire.platform_sessions()} (the catalog's session server)"
 
     def server(self) -> wire.Server:
         """The generator's client of this environment (env-level requests without the SDK)."""
