@@ -18,6 +18,7 @@ from tests.harness.generation import in_process
 
 COUNTED = {"ORSGEN_COUNT_REQUESTS": "1"}
 DEFECTS = [  # (environment, the check that flags it, what its line says)
+    ("tests.envs.doctor_contract:Chess", "contract", "tool 'move' has no description"),
     ("tests.envs.doctor_shared:Scratchpad", "isolation", "state is shared between sessions"),
     ("tests.envs.doctor_hackable:Capitals", "reward probes", "hackable: no call (an empty final message) earns 1"),
     ("tests.envs.doctor_crash:Elements", "tools answer", "lookup raised: 'test'"),
