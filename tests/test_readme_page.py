@@ -5,7 +5,8 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-ORDER = ["Install", "Quickstart", "Your own environment", "Train", "Check in CI", "Troubleshooting"]
+ORDER = ["Install", "Quickstart", "Your own environment", "For environment authors", "Train", "Check in CI",
+         "Troubleshooting"]
 
 
 def test_a_users_page_in_a_users_order():

@@ -11,7 +11,9 @@ GENERATOR = ("jinja2", "black")  # the `generator` extra
 USAGE = """usage: orsgen [TARGET ...] [-o FILE] [--check] [--diff] [--offline] [--report] [options]
        orsgen serve MODULE:CLASS [MODULE:CLASS ...] [--port N] [--host HOST]
        orsgen eval TARGET --model NAME [--base-url URL] [-n N | --tasks SPEC] [-k K] [--out DIR] [options]
-       orsgen view PATH... [-o FILE.html]"""
+       orsgen view PATH... [-o FILE.html]
+       orsgen doctor TARGET [--json] [--endpoint URL --model M] [options]
+       orsgen replay RECORDS ... --against TARGET [--out FILE] [--json]"""
 
 
 def main() -> int:
@@ -28,6 +30,10 @@ def main() -> int:
         from orsgen import view
 
         return view.main(argv[1:])
+    if argv[:1] in (["doctor"], ["replay"]):  # the runtime: an environment's author checks it with a training install
+        from orsgen import doctor, replay
+
+        return (doctor.main if argv[0] == "doctor" else replay.main)(argv[1:])
     missing = [name for name in GENERATOR if importlib.util.find_spec(name) is None]
     if missing:
         return without_generator(argv, missing)

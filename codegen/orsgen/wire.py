@@ -72,8 +72,11 @@ class Server:
         found = self._env_level("POST", self.path("/num_tasks"), {"split": split})
         return int(found["num_tasks"])
 
-    def task_range(self, split: str) -> list[Any]:
-        found = self._env_level("POST", self.path("/task_range"), {"split": split})
+    def task_range(self, split: str, start: int | None = None, stop: int | None = None) -> list[Any]:
+        """The split's task specs (`start`, `stop`: a slice of them, as Python slices)."""
+        body: dict[str, Any] = {"split": split, **({} if start is None else {"start": start}),
+                                **({} if stop is None else {"stop": stop})}
+        found = self._env_level("POST", self.path("/task_range"), body)
         return list(found["tasks"])
 
     def version(self) -> Any:
