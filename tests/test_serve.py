@@ -276,9 +276,11 @@ def test_help_and_version_answer_in_a_training_install():
     assert lines[1].strip() == "orsgen serve MODULE:CLASS [MODULE:CLASS ...] [--port N] [--host HOST]"
     assert lines[2].strip().startswith("orsgen eval TARGET --model NAME")
     assert lines[3].strip() == "orsgen view PATH... [-o FILE.html]"
-    assert lines[4:] == [('generating and checking modules needs the generator (jinja2 and black are not installed '
-                         'here): pip install "orsgen[generator]"; orsgen serve, orsgen eval and orsgen view need only '
-                         'this install')]
+    assert lines[4].strip().startswith("orsgen doctor TARGET")
+    assert lines[5].strip().startswith("orsgen replay RECORDS")
+    assert lines[6:] == [('generating and checking modules needs the generator (jinja2 and black are not installed '
+                         'here): pip install "orsgen[generator]"; orsgen serve, eval, view, doctor and replay need '
+                         'only this install')]
     # and generating there still says what to install, in one line
     refused = subprocess.run(command("http://127.0.0.1:9", "-o", "x.py", training=True), capture_output=True,
                              text=True, timeout=60, check=False)

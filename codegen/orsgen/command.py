@@ -57,7 +57,7 @@ def without_generator(argv: list[str], missing: list[str]) -> int:
         if arg in ("-h", "--help"):
             print(USAGE)
             print(f"generating and checking modules needs the generator ({' and '.join(missing)} are not installed "
-                  f"here): {install}; orsgen serve, orsgen eval and orsgen view need only this install")
+                  f"here): {install}; orsgen serve, eval, view, doctor and replay need only this install")
             return 0
     print(f"orsgen: error: the generator needs {' and '.join(missing)}: {install} (a training image needs only the "
           "run time)", file=sys.stderr)

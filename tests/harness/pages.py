@@ -86,14 +86,14 @@ def eval_folder(folder: Path, episodes: int, k: int = 4, seed: int = 0) -> list[
 
 
 def write_folder(folder: Path, records: list[dict[str, Any]], *, k: int, tasks: list[tuple[str, str, int]],
-                 given: float | None = None, model: str = "scripted") -> None:
+                 threshold: float = 1.0, model: str = "scripted") -> None:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "trajectories.jsonl").write_text("".join(jsontext.dumps(r) + "\n" for r in records), encoding="utf-8")
-    summary = figures.summary(records, k=k, planned=len(tasks) * k, given=given, tasks=tasks)
+    summary = figures.summary(records, k=k, planned=len(tasks) * k, threshold=threshold, tasks=tasks)
     summary["run"] = {"model": model, "endpoint": "http://127.0.0.1:9/v1", "target": "synthetic.py",
                       "split": "train", "environments": sorted({t[0] for t in tasks}), "folder": str(folder)}
     (folder / "summary.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
-    run = {"run": {"target": "synthetic.py", "model": model, "rollouts": k, "pass_threshold": given},
+    run = {"run": {"target": "synthetic.py", "model": model, "rollouts": k, "pass_threshold": threshold},
            "endpoint": "http://127.0.0.1:9/v1",
            "environments": [{"name": name, "module": "synthetic", "snapshot": "0" * 64}
                             for name in sorted({t[0] for t in tasks})]}

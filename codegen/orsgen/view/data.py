@@ -17,6 +17,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from orsgen.evaluate import figures
+from orsgen.evaluate.options import PASS_THRESHOLD
 from orsgen.view.inputs import Inputs, Source
 
 CAP = 4_000  # characters of one text shown in the page (head and tail around a marker)
@@ -98,7 +99,7 @@ def _training(source: Source) -> dict[str, Any]:
     """A training run: its figures as `figures.summary` counts an eval's (each episode its own: trainers write no
     `rollout`), a pass being a reward at the highest seen or 1.0; its steps (the "train" stream's episodes)."""
     numbered = [{**r, "rollout": i} for i, r in enumerate(source.records)]
-    summary = figures.summary(numbered, k=1, planned=len(numbered), given=None, tasks=[])
+    summary = figures.summary(numbered, k=1, planned=len(numbered), threshold=PASS_THRESHOLD, tasks=[])
     header = {
         "model": ", ".join(sorted({str(r["model"]) for r in numbered if r.get("model")})) or None,
         "environments": sorted({str(r["environment"]) for r in numbered if r.get("environment")}),
