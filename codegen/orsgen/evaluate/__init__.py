@@ -62,11 +62,15 @@ def measure(invocation: Invocation) -> int:
     first = plan[0].member
     limiter = pool.Limiter(min(invocation.concurrency, max(len(todo), 1)))
     model = endpoint.Endpoint(url, run.model, _sampling(run), invocation.timeout, busy=limiter.busy)
-    if todo:
-        model.check_served()  # before the tools' schemas: a mistyped model costs no import of torch
-        model.check_tools(first.schemas(first.adapter_class(plan[0].row)))
-        for member in members:
-            member.check()
+    try:
+        if todo:
+            model.check_served()  # before the tools' schemas: a mistyped model costs no import of torch
+            model.check_tools(first.schemas(first.adapter_class(plan[0].row)))
+            for member in members:
+                member.check()
+    except BaseException:
+        model.close()
+        raise
     _save_run(folder, run, url, members, invocation.resume is None)
     watcher, stop = episode.Watcher(busy=limiter.busy), threading.Event()
     watcher.specs.update(_specs(todo))
@@ -118,6 +122,7 @@ def measure(invocation: Invocation) -> int:
         status = 130
     finally:
         work_pool.finish(timeout=10.0 if status != 130 else 5.0)
+        model.close()
         runtime.close_all()
         watcher.close()
         sink.close()
@@ -126,6 +131,11 @@ def measure(invocation: Invocation) -> int:
         log.propagate = True
     _finish(folder, run, url, members, plan, records, invocation)
     finished = len([r for r in figures.latest(records) if not r.get("error")])
+    unparsed = sum(1 for r in figures.latest(records) if r.get("model_error"))
+    if unparsed:
+        print(f"orsgen eval: {unparsed} episode{'s' * (unparsed != 1)} ended on a conversation the endpoint refused "
+              "for the model's own tool call (not JSON): counted as the model's, each record's model_error says why",
+              file=sys.stderr)
     if status == 130:
         print(f"orsgen eval: interrupted: {finished} of {len(plan)} episodes saved in {folder}; "
               f"orsgen eval --resume {folder} runs the rest", file=sys.stderr)
