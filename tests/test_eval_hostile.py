@@ -1,36 +1,68 @@
-"""`orsgen eval` under hostile models and endpoints (issue 41): one episode's problem stays that episode's.
+"""`orsgen eval` under hostile models, endpoints and disks (issue 41): one episode's problem stays that episode's.
 
-Against the ORS server running the graded environment (tests/envs/graded.py) and the scripted endpoint
-(tests/harness/chat_standin.py, whose `Raw` answers send what no well-behaved server sends), each test asserts on
-what the servers saw and on the run's folder:
+Against the ORS server running the graded environment (tests/envs/graded.py; tests/envs/graded_shaky.py adds starts
+that fail on demand and an empty split) and the scripted endpoint (tests/harness/chat_standin.py, whose `Raw`
+answers send what no well-behaved server sends), each test asserts on what the servers saw and on the run's folder:
 
+- a reply holding a lone surrogate is saved (escaped) and read back; a full disk (a real `EFBIG`: the file size limit
+  of the process, RLIMIT_FSIZE) stops the run with what was saved and the resume line, exit 2;
 - malformed replies (arguments sent as a JSON object, no choices, a body that is not JSON, content that is not text,
   a call without a name) are each their episode's `endpoint_error` with a line saying what was wrong; odd but
   readable ones (a Retry-After of -1 or nan, arguments nested past Python's recursion limit, usage that is not
   numbers) finish their episodes;
 - `--timeout` bounds a reply whose bytes trickle in: the episode fails, the connection is closed;
+- `--resume` runs again the episodes that could not start, and says how many it ran again;
+- an empty split is "no tasks in split X", whatever -n asks;
 - the endpoint's reason is kept in the message and the record; a conversation the endpoint refused for the model's
   own tool call that is not JSON (vLLM's 400, `transformers serve`'s 500) is the model's failed episode, counted.
 """
 
+import contextlib
 import itertools
 import json
+import resource
+import subprocess
+import sys
 import time
 
 import pytest
 from orsgen.evaluate.endpoint import PROBE
 
 from tests.harness import evaluation, servers
-from tests.harness.chat_standin import Error, Raw, Reply, completion, first_user_text, serving
+from tests.harness.chat_standin import Error, Raw, Reply, completion, first_user_text, serving, tool_results
 from tests.harness.generation import in_process
 
 script, task_of = evaluation.script, evaluation.task_of
+SURROGATE = "\ud83d"  # half of an emoji's surrogate pair: what `json.loads` makes of a model's "\ud83d"
 
 
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
     with evaluation.graded(tmp_path_factory.mktemp("graded")) as found:
         yield found
+
+
+@contextlib.contextmanager
+def shaky(folder, fails):
+    """tests/envs/graded_shaky.py served, the next starts of each task in `fails` set to fail, and its module
+    generated into `folder`: (server, path)."""
+    plan = folder / "fails.json"
+    plan.write_text(json.dumps(fails), encoding="utf-8")
+    env = {"ORSGEN_COUNT_REQUESTS": "1", "GRADED_FAILS": str(plan)}
+    with servers.running("tests.envs.graded_shaky:ShakyGraded", env=env) as server:
+        out = folder / "graded.py"
+        made = in_process(server.url, "-o", str(out))
+        assert made.returncode == 0, made.stderr
+        yield server, out
+
+
+def last_error_line(stderr):
+    """stderr ends with one `orsgen: error:` line, the only one, and shows no traceback: that line."""
+    lines = stderr.strip().splitlines()
+    assert "Traceback" not in stderr, stderr
+    assert lines and lines[-1].startswith("orsgen: error: "), stderr
+    assert sum(line.startswith("orsgen: error:") for line in lines) == 1, stderr
+    return lines[-1]
 
 
 def whole_records(folder):
@@ -68,6 +100,75 @@ def episodes_asked(payloads):
         if first_user_text(payload) != PROBE:
             asked[task_of(payload)] = asked.get(task_of(payload), 0) + 1
     return asked
+
+
+# -- item 3: what a record holds, and a disk that is full -----------------------------------------------------------
+
+
+def test_a_lone_surrogate_in_a_reply_is_saved_and_read_back(graded, tmp_path):
+    """The model writes half a surrogate pair in its call's arguments and in its last words: the record holds both
+    (escaped in the file, the same string read back), and the run and its --resume end as usual."""
+    _server, module = graded
+
+    def surrogates(payload):
+        if task_of(payload) == 0 and not tool_results(payload):
+            return Reply(tool_calls=[("answer", '{"text": "w0\\ud83d"}')])
+        if task_of(payload) == 0:
+            return Reply(content=f"done {SURROGATE}")
+        return script(payload)
+
+    with serving(surrogates) as endpoint:
+        run = evaluation.orsgen_eval(str(module), "--base-url", endpoint.url, "--model", "scripted", "--tasks", "0-1",
+                                     "--out", "run", cwd=tmp_path)
+        assert run.returncode == 0, run.stderr
+        again = evaluation.orsgen_eval("--resume", "run", "--base-url", endpoint.url, cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert "2 episodes (2 tasks x 1), 0 to run" in again.stderr
+    assert b"\\ud83d" in (tmp_path / "run" / "trajectories.jsonl").read_bytes()
+    records = {r["task_index"]: r for r in whole_records(tmp_path / "run")}
+    assert sorted(records) == [0, 1]
+    mine = records[0]
+    assert mine["completion"][-1] == {"role": "assistant", "content": f"done {SURROGATE}"}
+    assert mine["completion"][0]["tool_calls"][0]["function"]["arguments"] == {"text": f"w0{SURROGATE}"}
+    assert mine["error"] is None and mine["reward"] == 0.0  # the environment got the call, and said it was wrong
+    assert evaluation.summary(tmp_path / "run")["episodes"] == {"planned": 2, "done": 2, "counted": 2}
+
+
+FILE_SIZE_LIMIT = 9_000  # bytes any file of the process may grow to: run.json and two or three records
+
+
+def limited(*args, cwd, limit):
+    """`orsgen eval` in a process whose files may not grow past `limit` bytes (RLIMIT_FSIZE): a write past it fails
+    with EFBIG, as a full disk fails one with ENOSPC (Python ignores SIGXFSZ, so the write returns the error)."""
+    def cap():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    return subprocess.run([sys.executable, "-m", "orsgen", "eval", *args], check=False, capture_output=True, text=True,
+                          cwd=cwd, env=evaluation.environ(), timeout=300, preexec_fn=cap)
+
+
+def test_a_full_disk_stops_the_run_with_what_was_saved_and_the_resume_line(graded, tmp_path):
+    server, module = graded
+    before = set(server.open_sessions())
+    planned = {(t, k) for t in range(5) for k in range(2)}
+    with serving(script) as endpoint:
+        run = limited(str(module), "--base-url", endpoint.url, "--model", "scripted", "--tasks", "0-4", "-k", "2",
+                      "--seed", "0", "--concurrency", "1", "--out", "run", cwd=tmp_path, limit=FILE_SIZE_LIMIT)
+    assert run.returncode == 2, run.stderr
+    line = last_error_line(run.stderr)
+    saved = whole_records(tmp_path / "run")  # whole lines only: the write that failed left nothing
+    assert 1 <= len(saved) < len(planned), saved
+    assert line.startswith("orsgen: error: cannot write run/trajectories.jsonl: File too large"), line
+    assert line.endswith(f"({len(saved)} of {len(planned)} episodes saved in run: orsgen eval --resume run runs the "
+                         "rest)"), line
+    wait_closed(server, before)  # the episodes running when it stopped closed their sessions
+
+    with serving(script) as endpoint:
+        resumed = evaluation.orsgen_eval("--resume", "run", "--base-url", endpoint.url, cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    final = whole_records(tmp_path / "run")
+    assert sorted((r["task_index"], r["rollout"]) for r in final) == sorted(planned)  # each once: none lost, none twice
+    assert evaluation.summary(tmp_path / "run")["episodes"] == {"planned": 10, "done": 10, "counted": 10}
 
 
 # -- item 4: a malformed reply is its episode's failure ---------------------------------------------------------------
@@ -111,7 +212,7 @@ def test_malformed_replies_are_each_their_episodes_endpoint_error(graded, tmp_pa
         resumed = evaluation.orsgen_eval("--resume", "run", "--base-url", healthy.url, cwd=tmp_path)
         asked = episodes_asked(healthy.payloads())
     assert resumed.returncode == 0, resumed.stderr
-    assert "5 episodes (5 tasks x 1), 5 to run," in resumed.stderr
+    assert "5 episodes (5 tasks x 1), 5 to run (5 of them again: 5 the endpoint had failed)" in resumed.stderr
     assert asked == {0: 2, 1: 3, 2: 2, 3: 2, 4: 2}
     assert evaluation.summary(tmp_path / "run")["unscored"] == {}
 
@@ -173,6 +274,43 @@ def test_a_reply_trickling_past_the_timeout_fails_its_episode_and_is_hung_up(gra
     assert records[0]["error"] == f"the endpoint at {endpoint.url} did not answer within 3s (--timeout)"
     assert records[1]["reward"] == 1.0
     wait_closed(server, before)
+
+
+# -- item 6: --resume runs again what could not start ----------------------------------------------------------------
+
+
+def test_resume_runs_again_the_episodes_that_could_not_start(tmp_path):
+    """Task 1's start fails three times: its reset and both retries, so its episode could not start. --resume runs
+    it again, the environment starts it, and the run says so."""
+    with shaky(tmp_path, {"1": 3}) as (server, module), serving(script) as endpoint:
+        first = evaluation.orsgen_eval(str(module), "--base-url", endpoint.url, "--model", "scripted", "--tasks",
+                                       "0-2", "--out", "run", cwd=tmp_path)
+        assert first.returncode == 0, first.stderr
+        assert evaluation.summary(tmp_path / "run")["unscored"] == {"not_started": 1}
+        creates = len(server.creates())
+        resumed = evaluation.orsgen_eval("--resume", "run", "--base-url", endpoint.url, cwd=tmp_path)
+        created = server.creates()[creates:]
+    assert resumed.returncode == 0, resumed.stderr
+    assert "3 episodes (3 tasks x 1), 1 to run (1 of them again: 1 that had not started)" in resumed.stderr
+    assert "orsgen eval: ran 1 episode again (1 that had not started)" in resumed.stderr
+    assert [(c["body"]["index"], c["status"]) for c in created] == [(1, 200)]  # asked again, and it started
+    found = evaluation.summary(tmp_path / "run")
+    assert found["unscored"] == {} and found["episodes"] == {"planned": 3, "done": 3, "counted": 3}
+    assert [r["task_index"] for r in evaluation.records(tmp_path / "run")][-1] == 1  # appended: the latest counts
+
+
+# -- item 12: a split with no tasks -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("asked", [(), ("-n", "2")], ids=["whole split", "-n 2"])
+def test_a_split_without_tasks_says_so_whatever_n_asks(tmp_path, asked):
+    with shaky(tmp_path, {}) as (_server, module), serving(script) as endpoint:
+        run = evaluation.orsgen_eval(str(module), "--base-url", endpoint.url, "--model", "scripted", "--split",
+                                     "empty", *asked, "--out", "run", cwd=tmp_path)
+        requests = list(endpoint.requests)
+    assert run.returncode == 2, run.stderr
+    assert run.stderr.strip().splitlines() == ["orsgen: error: no tasks in split 'empty' of graded"], run.stderr
+    assert requests == []
 
 
 # -- item 13: the endpoint's reason, and the model's own malformed call -----------------------------------------------
