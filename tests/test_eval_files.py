@@ -235,7 +235,7 @@ def test_a_run_with_nothing_counted_says_so_with_one_set_of_counts(studio, tmp_p
     assert found["episodes"] == {"planned": 16, "done": 0, "counted": 0}
     assert found["unscored"] == {"endpoint_error": 8}
     (line,) = [x for x in run.stdout.splitlines() if x.strip().startswith("episodes")]
-    assert line.split(None, 1)[1] == "0 of 16 done (0 counted; 8 the endpoint failed: --resume runs them again)"
+    assert line.split(None, 1)[1] == "0 of 16 done (0 counted; --resume runs 8 again: 8 the endpoint had failed)"
 
     compared = evaluation.orsgen_eval("--compare", "a", "b", cwd=tmp_path)
     assert compared.returncode == 0, compared.stderr

@@ -2,8 +2,9 @@
 
 `serving(script)` answers `GET /v1/models` and non-streaming `POST /v1/chat/completions`: `script(payload)` says what
 the "model" replies to the conversation so far, a `Reply` (text and/or tool calls) or an `Error` (an HTTP status with
-an OpenAI-style error body). Keyword options add what real servers do before any script runs: an unknown model (404,
-vLLM's message), tools refused (400, vLLM without `--enable-auto-tool-choice`), a delay per reply, 429s while busy, no
+an OpenAI-style error body), or a `Raw` answer (any status, body and headers, or a 200 that trickles a space a second
+and never ends). Keyword options add what real servers do before any script runs: an unknown model (404, vLLM's
+message), tools refused (400, vLLM without `--enable-auto-tool-choice`), a delay per reply, 429s while busy, no
 answer at all (`hang`), a required API key (401). Every request is recorded with its arrival and answer time
 (`time.monotonic()`), so tests and the benchmark can see what the client sent, when, and how many at once.
 """
@@ -64,7 +65,21 @@ class Error:
     type: str | None = None
 
 
-Script = Callable[[dict[str, Any]], Reply | Error | str]  # a str is short for Reply(content=str)
+@dataclass(frozen=True)
+class Raw:
+    """An answer sent as given, for what no well-behaved server sends: `status`, `body` (bytes as they are, anything
+    else as its JSON text), `headers`, `content_type`. With `trickle` (seconds), the status and headers, then one
+    space every `trickle` seconds and never the body, until the client hangs up (`Request.hung_up`) or the stand-in
+    stops: what some gateways do while a slow non-streaming request runs."""
+
+    status: int = 200
+    body: Any = b""
+    headers: dict[str, str] = field(default_factory=dict)
+    content_type: str = "application/json"
+    trickle: float | None = None
+
+
+Script = Callable[[dict[str, Any]], Reply | Error | Raw | str]  # a str is short for Reply(content=str)
 
 
 @dataclass
@@ -80,7 +95,9 @@ class Request:
     received: float
     answered: float | None = None
     status: int | None = None
-    body: dict[str, Any] | None = None
+    body: Any = None  # the JSON sent (a `Raw` body: as given)
+    hung_up: float | None = None  # a trickled answer: when the client closed the connection
+    ended: threading.Event = field(default_factory=threading.Event)  # answered, or the client hung up
 
 
 @dataclass
@@ -229,6 +246,32 @@ def serving(script: Script, *, models: Sequence[str] = ("scripted",), delay: flo
             request.status, request.body = status, body
             request.answered = time.monotonic()
             self.wfile.write(data)
+            request.ended.set()
+
+        def _raw(self, request: Request, answer: Raw) -> None:
+            data = answer.body if isinstance(answer.body, bytes) else json.dumps(answer.body).encode()
+            self.send_response(answer.status)
+            self.send_header("Content-Type", answer.content_type)
+            for name, value in answer.headers.items():
+                self.send_header(name, value)
+            if answer.trickle is None:
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                request.status, request.body, request.answered = answer.status, answer.body, time.monotonic()
+                self.wfile.write(data)
+                request.ended.set()
+                return
+            self.send_header("Connection", "close")  # no length: the body runs until the connection closes
+            self.end_headers()
+            self.close_connection = True
+            request.status = answer.status
+            try:
+                while not state.stopped.wait(answer.trickle):
+                    self.wfile.write(b" ")
+                    self.wfile.flush()
+            except OSError:  # the client hung up
+                request.hung_up = time.monotonic()
+            request.ended.set()
 
         def _error(self, request: Request, status: int, message: str, headers: dict[str, str] | None = None,
                    type: str | None = None) -> None:
@@ -287,6 +330,8 @@ def serving(script: Script, *, models: Sequence[str] = ("scripted",), delay: flo
                 answer = Reply(content=answer)
             if isinstance(answer, Error):
                 return self._error(request, answer.status, answer.message, answer.headers, answer.type)
+            if isinstance(answer, Raw):
+                return self._raw(request, answer)
             self._reply(request, 200, completion(answer, model, next(numbers), call_numbers))
 
     server = _Server((HOST, 0), Handler)

@@ -31,7 +31,7 @@ def test_done_is_what_resume_keeps_and_agrees_with_the_records():
     assert found["episodes"] == {"planned": 8, "done": 1, "counted": 1}
     assert found["unscored"] == {"endpoint_error": 2}
     line = next(x for x in report.render(found, {}, markdown=False).splitlines() if x.strip().startswith("episodes"))
-    assert line.split(None, 1)[1] == "1 of 8 done (1 counted; 2 the endpoint failed: --resume runs them again)"
+    assert line.split(None, 1)[1] == "1 of 8 done (1 counted; --resume runs 2 again: 2 the endpoint had failed)"
 
 
 def test_compare_refuses_different_bars_and_explains_a_bar_that_moved():

@@ -16,6 +16,7 @@ import os
 import re
 import sys
 import threading
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -56,17 +57,21 @@ def measure(invocation: Invocation) -> int:
                for m in members}
     plan = _plan(members, run)
     records = _records(folder)
-    done = {(r["environment"], r["split"], r["task_index"], r.get("rollout")) for r in figures.latest(records)
-            if not r.get("error")}
+    again = {_key(r): why for r in figures.latest(records) if (why := figures.again(r)) is not None}
+    done = {_key(r) for r in figures.latest(records)} - set(again)
     todo = [work for work in plan if work.key not in done]
     first = plan[0].member
     limiter = pool.Limiter(min(invocation.concurrency, max(len(todo), 1)))
     model = endpoint.Endpoint(url, run.model, _sampling(run), invocation.timeout, busy=limiter.busy)
-    if todo:
-        model.check_served()  # before the tools' schemas: a mistyped model costs no import of torch
-        model.check_tools(first.schemas(first.adapter_class(plan[0].row)))
-        for member in members:
-            member.check()
+    try:
+        if todo:
+            model.check_served()  # before the tools' schemas: a mistyped model costs no import of torch
+            model.check_tools(first.schemas(first.adapter_class(plan[0].row)))
+            for member in members:
+                member.check()
+    except BaseException:
+        model.close()
+        raise
     _save_run(folder, run, url, members, invocation.resume is None)
     watcher, stop = episode.Watcher(busy=limiter.busy), threading.Event()
     watcher.specs.update(_specs(todo))
@@ -75,12 +80,14 @@ def measure(invocation: Invocation) -> int:
     above = progress.Above(shown)
     log.addHandler(above)
     log.propagate = False
+    rerun = Counter(again[w.key] for w in todo if w.key in again)
     print(f"orsgen eval: {len(plan)} episodes ({len(plan) // run.rollouts} tasks x {run.rollouts}), {len(todo)} to "
-          f"run, at most {limiter.cap} at once; writing to {folder} (orsgen eval --resume {folder} if stopped)",
-          file=sys.stderr)
+          f"run{_again_said(rerun, ' ({n} of them again: {said})')}, at most {limiter.cap} at once; writing to "
+          f"{folder} (orsgen eval --resume {folder} if stopped)", file=sys.stderr)
     sink, status, failed_in_a_row, why = Sink(folder / RECORDS), 0, 0, None
     work_pool = pool.Pool(todo, lambda w: episode.run(w, model, watcher, scoring[w.member], stop), limiter, stop)
     requeued: dict[Any, int] = {}
+    rerun_done: Counter[str] = Counter()
     try:
         while work_pool.pending and not stop.is_set():
             shown.running = limiter.running
@@ -98,8 +105,13 @@ def measure(invocation: Invocation) -> int:
                 break
             if ended.result is None:
                 continue
-            sink.write([json.dumps(ended.result, ensure_ascii=False, default=str)])
+            unsaved = _save(sink, ended.result)
+            if unsaved is not None:  # a full disk: stop, with what is saved and the resume line
+                why, status = f"cannot write {folder / RECORDS}: {unsaved}", 2
+                break
             records.append(ended.result)
+            if ended.work.key in again:
+                rerun_done[again[ended.work.key]] += 1
             shown.done += 1
             if figures.counts(ended.result):
                 reward = ended.result["reward"]
@@ -118,14 +130,26 @@ def measure(invocation: Invocation) -> int:
         status = 130
     finally:
         work_pool.finish(timeout=10.0 if status != 130 else 5.0)
+        model.close()
         runtime.close_all()
         watcher.close()
         sink.close()
         shown.end()
         log.removeHandler(above)
         log.propagate = True
-    _finish(folder, run, url, members, plan, records, invocation)
-    finished = len([r for r in figures.latest(records) if not r.get("error")])
+    try:
+        _finish(folder, run, url, members, plan, records, invocation)
+    except OSError as exc:  # a full disk again: the records are what counts, and they are saved
+        unwritten = f"cannot write the figures in {folder}: {exc.strerror or exc}"
+        why, status = (unwritten if why is None else f"{why}; {unwritten}"), status or 2
+    finished = sum(1 for r in figures.latest(records) if figures.settled(r))  # what --resume will not run again
+    unparsed = sum(1 for r in figures.latest(records) if r.get("model_error"))
+    if rerun_done:
+        print(f"orsgen eval: {_again_said(rerun_done, 'ran {n} episode{s} again ({said})')}", file=sys.stderr)
+    if unparsed:
+        print(f"orsgen eval: {unparsed} episode{'s' * (unparsed != 1)} ended on a conversation the endpoint refused "
+              "for the model's own tool call (not JSON): counted as the model's, each record's model_error says why",
+              file=sys.stderr)
     if status == 130:
         print(f"orsgen eval: interrupted: {finished} of {len(plan)} episodes saved in {folder}; "
               f"orsgen eval --resume {folder} runs the rest", file=sys.stderr)
@@ -133,6 +157,31 @@ def measure(invocation: Invocation) -> int:
         print(f"orsgen: error: {why} ({finished} of {len(plan)} episodes saved in {folder}: "
               f"orsgen eval --resume {folder} runs the rest)", file=sys.stderr)
     return status
+
+
+def _again_said(counts: Counter[str], text: str) -> str:
+    """`text` with {n}, the episodes run again ({s}: its plural's s), and {said}, how many for each reason; "" when
+    none."""
+    from orsgen.evaluate import figures
+
+    said = [f"{counts[reason]} {words}" for reason, words in figures.AGAIN.items() if counts[reason]]
+    n = sum(counts.values())
+    return text.format(n=n, s="s" * (n != 1), said=", ".join(said)) if said else ""
+
+
+def _key(record: dict[str, Any]) -> tuple[Any, ...]:
+    return record["environment"], record["split"], record["task_index"], record.get("rollout")
+
+
+def _save(sink: Any, record: dict[str, Any]) -> str | None:
+    """Append the record (lone surrogates a model wrote escaped); why it could not be written, or None."""
+    from orsgen.runtime import jsontext
+
+    try:
+        sink.write([jsontext.dumps(record, default=str)])
+    except OSError as exc:
+        return str(exc.strerror or exc)
+    return None
 
 
 def _what(invocation: Invocation) -> tuple[Path, Run, str | None]:
@@ -220,9 +269,12 @@ def _plan(members: list[Any], run: Run) -> list[Any]:
 
     rows: list[tuple[Any, dict[str, Any]]] = []
     for member in members:
+        split = run.split or member.module.PINNED.split
         try:
             found = member.module.dataset(split=run.split, num_tasks=run.num_tasks,
                                           indices=list(run.tasks) if run.tasks else None)
+        except ValueError as exc:  # not the tasks asked for (fewer than -n, say): what the environment has
+            raise OrsgenError(_fewer(member, run, split, exc)) from None
         except Exception as exc:  # noqa: BLE001 - an environment that cannot list its tasks: one line
             from orsgen.runtime import client
 
@@ -230,11 +282,24 @@ def _plan(members: list[Any], run: Run) -> list[Any]:
             raise OrsgenError(f"the environment {member.name} at {where} cannot list its tasks: "
                               f"{client.describe(exc)[:300]}: is it running (orsgen serve), or is "
                               "OPENREWARD_SESSION_URL its address?") from None
+        if not len(found):
+            raise OrsgenError(f"no tasks in split {split!r} of {member.name}")
         rows += [(member, row) for row in found.to_list()]
-    if not rows:
-        raise OrsgenError(f"no task to run: the split has none{' of those asked for' if run.tasks else ''}")
     return [Work(member, row, rollout, rollout * len(rows) + i)
             for rollout in range(run.rollouts) for i, (member, row) in enumerate(rows)]
+
+
+def _fewer(member: Any, run: Run, split: str, exc: ValueError) -> str:
+    """One line for a split without the tasks asked for: "no tasks in split X" when it has none, whatever -n asks
+    (-n N asked for more than it has, so listing the whole split is at most N tasks)."""
+    if run.num_tasks is not None:
+        try:
+            empty = not len(member.module.dataset(split=run.split))
+        except Exception:  # noqa: BLE001 - then the first answer says it
+            empty = False
+        if empty:
+            return f"no tasks in split {split!r} of {member.name}"
+    return f"{member.name}: {str(exc).removeprefix('dataset(): ')}"
 
 
 def _specs(todo: list[Any]) -> dict[tuple[str, str, int], Any]:

@@ -1,7 +1,11 @@
 """One evaluation episode, as GRPOTrainer runs a rollout (trl-contract §2.3-2.5), with the model behind an endpoint:
 `reset(**row)` appended to the row's prompt, the model's tool calls made on the adapter's own methods in order with
 TRL's result and error texts, at most `max_turns` rounds of them, then the reward functions named and `get_reward()`
-summed as TRL sums them. What the runtime's hooks saw makes the episode's trajectory record (`trajectories.build`)."""
+summed as TRL sums them. What the runtime's hooks saw makes the episode's trajectory record (`trajectories.build`).
+
+A reply the endpoint failed is the episode's `error` (unscored, `endpoint_error`). A conversation the endpoint refused
+because it holds the model's own tool call that is not JSON ends the episode as TRL ends a rollout whose call it
+cannot parse: no more turns, scored as it stands, its reason in the record's `model_error`."""
 
 from __future__ import annotations
 
@@ -13,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from orsgen.evaluate.endpoint import Endpoint, EndpointError
+from orsgen.evaluate.endpoint import Endpoint, EndpointError, ModelError
 from orsgen.evaluate.target import Member, tool_methods
 from orsgen.runtime import hooks, trajectories
 from orsgen.runtime.adapter import close_episode, secrets_of, task_spec
@@ -136,12 +140,15 @@ def _episode(work: Work, env: Any, seen: Seen, endpoint: Endpoint, scoring: Scor
     wire = copy.deepcopy(prompt)
     seed = None if scoring.seed is None else scoring.seed + work.number
     usage: dict[str, int] | None = None
-    model_seconds, error, rounds = 0.0, None, 0
+    model_seconds, error, model_error, rounds = 0.0, None, None, 0
     while not stop.is_set() and not (seen.start is not None and seen.start.error):  # a task that never started
         try:
             reply = endpoint.reply(wire, tools, seed)
         except EndpointError as exc:
             error = str(exc)
+            break
+        except ModelError as exc:
+            model_error = str(exc)
             break
         model_seconds += reply.seconds
         if reply.usage is not None:
@@ -170,9 +177,17 @@ def _episode(work: Work, env: Any, seen: Seen, endpoint: Endpoint, scoring: Scor
                                 rollout=work.rollout, usage=usage, model_seconds=model_seconds, error=error,
                                 task_spec=_spec(env, work, specs))
     record["stream"] = "eval"
+    record["model_error"] = _redacted(model_error, [*secrets_of(env), *endpoint.secrets()])
     if error is None:
         record["reward"] = reward
     return record
+
+
+def _redacted(text: str | None, secrets: list[str]) -> str | None:
+    """`text` with each secret replaced, as `trajectories.build` replaces them in what it records."""
+    for secret in sorted({s for s in secrets if len(s) >= 4}, key=len, reverse=True):
+        text = None if text is None else text.replace(secret, trajectories.SECRET)
+    return text
 
 
 def _prompt(turns: list[dict[str, Any]], observation: Any) -> list[dict[str, Any]]:

@@ -33,9 +33,19 @@ def counts(record: dict[str, Any]) -> bool:
     return record.get("unscored_reason") not in NOT_THE_MODEL
 
 
+AGAIN = {"endpoint_error": "the endpoint had failed", "not_started": "that had not started"}  # --resume runs them
+
+
+def again(record: dict[str, Any]) -> str | None:
+    """Why --resume runs an episode again, from its latest record (a key of AGAIN); None when it is final."""
+    if record.get("error"):
+        return "endpoint_error"
+    return "not_started" if record.get("unscored_reason") == "not_started" else None
+
+
 def settled(record: dict[str, Any]) -> bool:
-    """An episode `--resume` keeps ("done", "saved"); the endpoint's failures run again."""
-    return not record.get("error")
+    """An episode `--resume` keeps ("done", "saved"): one it runs `again` is not."""
+    return again(record) is None
 
 
 def pass_at(n: int, c: int, k: int) -> float | None:

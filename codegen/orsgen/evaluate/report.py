@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from orsgen.evaluate.figures import AGAIN
+
 
 def _num(value: Any, digits: int = 3) -> str:
     if value is None:
@@ -66,9 +68,10 @@ def reasons(unscored: dict[str, int]) -> str:
 
 
 def _failed(summary: dict[str, Any]) -> str:
-    """The episodes the endpoint failed: saved as records, not done (`--resume` runs them again)."""
-    failed = summary["unscored"].get("endpoint_error", 0)
-    return f"; {failed} the endpoint failed: --resume runs them again" if failed else ""
+    """The episodes saved as records but not done: `--resume` runs them again (figures.AGAIN)."""
+    found = {reason: n for reason in AGAIN if (n := summary["unscored"].get(reason, 0))}
+    said = ", ".join(f"{n} {AGAIN[reason]}" for reason, n in found.items())
+    return f"; --resume runs {sum(found.values())} again: {said}" if found else ""
 
 
 def render_comparison(found: dict[str, Any], names: tuple[str, str], markdown: bool) -> str:
