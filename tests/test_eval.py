@@ -38,7 +38,8 @@ def test_the_figures_records_and_tools_are_exact(graded, tmp_path):
     coins = sum(coin(SEED + rollout * 6 + COIN) for rollout in range(K))
     assert 0 < coins < K
     found = evaluation.summary(folder)
-    assert found["episodes"] == {"planned": 24, "done": 24, "counted": 20}
+    # done: what --resume keeps; the 4 episodes of task 5, which could not start, it runs again (issue 41, item 6)
+    assert found["episodes"] == {"planned": 24, "done": 20, "counted": 20}
     assert found["unscored"] == {"not_started": 4}
     assert found["reward"]["mean"] == pytest.approx((8 + coins) / 20)
     assert found["pass"]["threshold"] == 1.0

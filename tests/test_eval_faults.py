@@ -169,7 +169,8 @@ def test_an_interrupted_run_saves_whole_records_and_resume_runs_only_what_is_mis
     assert sorted(key(r) for r in figures.latest(final)) == sorted(planned)
     assert not any(r.get("error") for r in final)
     found = evaluation.summary(folder)
-    assert found["episodes"] == {"planned": 24, "done": 24, "counted": 20}
+    # done: what --resume keeps; the 4 episodes of task 5, which could not start, it runs again (issue 41, item 6)
+    assert found["episodes"] == {"planned": 24, "done": 20, "counted": 20}
     assert found["unscored"] == {"not_started": K}
     no_session_left()
 
