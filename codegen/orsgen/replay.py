@@ -117,7 +117,7 @@ def read(paths: list[Path]) -> list[Episode]:
     episodes = []
     for path in files:
         try:
-            lines = path.read_text(encoding="utf-8").splitlines()
+            lines = path.read_text(encoding="utf-8").split("\n")  # not splitlines(): a text may hold U+2028
         except (OSError, UnicodeDecodeError) as exc:
             raise OrsgenError(f"{path}: cannot read: {exc}") from None
         for number, line in enumerate(lines, 1):

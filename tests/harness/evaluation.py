@@ -36,7 +36,7 @@ def popen(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subproces
 
 def records(folder: Path) -> list[dict[str, Any]]:
     path = folder / "trajectories.jsonl"
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()] if path.exists() else []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").split("\n") if line] if path.exists() else []
 
 
 def summary(folder: Path) -> dict[str, Any]:

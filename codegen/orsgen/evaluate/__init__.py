@@ -327,7 +327,9 @@ def _records(folder: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
     found = []
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for line in path.read_text(encoding="utf-8").split("\n"):  # not splitlines(): a text may hold U+2028
+        if not line:
+            continue
         try:
             found.append(json.loads(line))
         except ValueError:
