@@ -19,19 +19,23 @@ from orsgen.runtime import worker_metrics
 from examples import tiny
 from tests.harness import servers
 from tests.harness.async_worker import (
+    QUESTIONS,
     accepted,
     cause_line,
     collect,
+    complete_groups,
     dies_with_its_stop_watcher_waiting,
     draining,
+    groups,
+    instrumented,
     log_window,
     run_worker,
     stop,
+    user_text,
 )
 from tests.harness.completions import serving
 from tests.harness.generation import in_process, load
 from tests.harness.trainers import tool_methods
-from tests.test_async_grpo import QUESTIONS, complete_groups, groups, instrumented, user_text
 
 pytestmark = pytest.mark.trainer  # runs TRL code: also under the oldest TRL (.ci/trl-oldest)
 

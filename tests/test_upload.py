@@ -19,33 +19,10 @@ from orsgen.runtime import upload
 from orsgen.runtime.upload import Uploader
 
 from tests.harness import ROOT
-from tests.harness.rollout_standin import standin
+from tests.harness.rollout_standin import record, standin
 
 CANARY = "canary-30-upload-not-for-bodies"
 RUN_INFO = {"model_name": "tiny", "framework_version": "1.16.0", "run_type": "train"}
-
-
-def record(**over):
-    base = {
-        "schema": "orsgen.trajectory/1", "run": "r", "step": 2, "rank": 0, "stream": "train",
-        "environment": "Owner/Echo", "adapter": "Echo", "split": "train", "task_index": 3,
-        "task_spec": {"id": "t3", "target": "apple"},
-        "prompt": [{"role": "system", "content": "Use the tools."},
-                   {"role": "user", "content": [{"type": "text", "text": "Echo the word apple"}]}],
-        "completion": [
-            {"role": "assistant", "content": "Calling echo.",
-             "tool_calls": [{"type": "function", "function": {"name": "hint", "arguments": {}}},
-                            {"type": "function", "function": {"name": "echo", "arguments": {"word": "apple"}}}]},
-            {"role": "tool", "name": "hint", "content": "a fruit"},
-            {"role": "tool", "name": "echo", "content": "right"},
-            {"role": "assistant", "content": "Done."}],
-        "tool_calls": [{"name": "hint", "arguments": {}, "result": "a fruit", "error": None, "seconds": 0.01,
-                        "reward": None, "finished": False},
-                       {"name": "echo", "arguments": {"word": "apple"}, "result": "right", "error": None,
-                        "seconds": 0.02, "reward": 1.0, "finished": True}],
-        "reward": 1.0, "scored": True, "unscored_reason": None, "finished": True, "start_error": None,
-        "seconds": {"reset": 0.05, "tools": 0.03, "episode": 1.25}, "ended_at": "2026-12-02T07:30:00.123Z"}
-    return {**base, **over}
 
 
 def shape(rollout):
@@ -196,7 +173,7 @@ def test_flush_waits_for_what_was_put_and_leaves_the_uploader_open(monkeypatch):
 EXIT = r"""
 import atexit, os, sys, time
 from orsgen.runtime.upload import Uploader
-from tests.test_upload import record
+from tests.harness.rollout_standin import record
 
 def late():  # registered first, so run last: as a recorder made before the upload closes it at exit
     began = time.perf_counter()
@@ -240,7 +217,7 @@ import json, logging, os, sys, time
 logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(name)s %(levelname)s %(message)s")
 from tests.harness.rollout_standin import Standin, free_port
 from orsgen.runtime.upload import Uploader
-from tests.test_upload import record
+from tests.harness.rollout_standin import record
 
 mode, timeout, wait = sys.argv[1], float(sys.argv[2]), sys.argv[3] == "wait"
 server = Standin(mode).start() if mode != "down" else None
