@@ -8,16 +8,13 @@ thing bypassed is `is_vllm_available()` in `AsyncRolloutWorker.__init__` (vLLM c
 client talks to the scripted server exactly as it talks to vLLM (it calls nothing but `POST /v1/completions`).
 """
 
-import asyncio
 import inspect
-import itertools
 import json
 import threading
 import time
-from typing import Any, ClassVar
+from typing import Any
 
 import pytest
-from orsgen.runtime import episode_of
 
 from examples import tiny
 from tests.harness import servers

@@ -93,8 +93,8 @@ def test_episode_limits_say_where_they_came_from():
     ({"truncate": "left"}, "m pins truncate = 'left': one of 'head', 'tail', 'middle'"),
     ({"max-outputs": 3}, "m pins a budget 'max-outputs' this orsgen does not know"),
     ({"tools": {"read": {"episode-timeout": 3}}}, "m pins episode-timeout for tool 'read': a tool's budget is one of"),
-    ({"tools": {"write": {"timeout": 3}}}, "m pins a budget for tool 'write', which it does not have: its tools are "
-                                           "look, read, submit"),
+    ({"tools": {"write": {"timeout": 3}}}, ("m pins a budget for tool 'write', which it does not have: its tools are "
+                                           "look, read, submit")),
     ({"tools": ["read"]}, "m pins tools = ['read']: {tool name: {key: value}}"),
     ({"max-output-tokens": 5}, "m: max-output-tokens needs a tokenizer to count with"),
 ])

@@ -59,6 +59,6 @@ def test_an_error_with_a_status_is_described_without_its_url():
 
 def test_a_retry_chain_is_described_by_its_last_attempt():
     class MaxRetries(Exception):
-        errors = [ConnectionRefusedError("refused"), ConnectionResetError("reset by peer")]
+        errors = (ConnectionRefusedError("refused"), ConnectionResetError("reset by peer"))
 
     assert client.describe(MaxRetries("3 attempts failed")) == "ConnectionResetError: reset by peer"

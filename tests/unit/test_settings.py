@@ -59,8 +59,8 @@ def test_variables_are_read_as_text(monkeypatch, variable, raw, name, expected):
     ("ORSGEN_DRIFT_CHECK", "maybe", "ORSGEN_DRIFT_CHECK='maybe': one of 0 (off), 1 (on)"),
     ("ORSGEN_RESET_TIMEOUT", "0", "ORSGEN_RESET_TIMEOUT='0': a number of seconds above 0 is needed (default 120)"),
     ("ORSGEN_TOOL_TIMEOUT", "inf", "ORSGEN_TOOL_TIMEOUT='inf': a number of seconds above 0 is needed (default 900)"),
-    ("ORSGEN_EPISODE_TIMEOUT", "-1", "ORSGEN_EPISODE_TIMEOUT='-1': a number of seconds above 0 is needed (unset: "
-                                     "no limit)"),
+    ("ORSGEN_EPISODE_TIMEOUT", "-1", ("ORSGEN_EPISODE_TIMEOUT='-1': a number of seconds above 0 is needed (unset: "
+                                     "no limit)")),
     ("ORSGEN_MAX_TOOL_CALLS", "0", "ORSGEN_MAX_TOOL_CALLS='0': a whole number, 1 or more"),
     ("ORSGEN_OPEN_AHEAD", "later", "ORSGEN_OPEN_AHEAD='later': one of 0 (off), 1 (on), next-step"),
     ("ORSGEN_TASK_ORDER", "random", "ORSGEN_TASK_ORDER='random': one of 'shuffle', 'difficulty'"),
