@@ -22,7 +22,7 @@ os.environ.setdefault("ORSGEN_WIRE_BACKOFF_SCALE", "0.05")
 
 # The per-test timeout of the longer tiers (pytest-timeout; the fast tier's is pyproject's `timeout`). A test's own
 # @pytest.mark.timeout(N) wins. Hang guards: a hang fails its test with every thread's stack and the run goes on.
-TIER_TIMEOUT = {"slow": 600, "trainer": 900, "install": 1200}
+TIER_TIMEOUT = {"slow": 600, "trainer": 1200, "install": 1200}
 
 
 def pytest_collection_modifyitems(items):

@@ -32,6 +32,7 @@ from tests.harness.async_worker import (
 )
 from tests.harness.completions import serving
 from tests.harness.generation import in_process, load
+from tests.harness.processes import wait_until
 from tests.harness.trainers import tool_methods
 
 pytestmark = pytest.mark.trainer  # trains or runs TRL code: also under the oldest TRL (.ci/trl-oldest)
@@ -325,9 +326,7 @@ def test_async_rollout_worker_in_its_spawned_child(quiz_async, monkeypatch, tmp_
             assert [tool_contents(s.completion) for s in rows] == [["correct"]] * 4
             assert [s.metrics["rewards/Quiz"] for s in rows] == [1.0] * 4  # get_reward() in the child, per rollout
         # The child closed its sessions when it exited (the runtime's exit hook runs in a spawned child too).
-        deadline = time.monotonic() + 30
-        while set(server.open_sessions()) - before and time.monotonic() < deadline:
-            time.sleep(0.2)
+        wait_until(lambda: not set(server.open_sessions()) - before, waiting_for="the child's sessions closed")
         assert set(server.open_sessions()) - before == set()
 
         # The child recorded its episodes (the parent ran none): one record per rollout it finished, in a file of

@@ -2,7 +2,9 @@
 
 Each process starts in a session of its own (its own process group): when the test ends early (a failed assert, its
 pytest-timeout, Ctrl-C) or the process outlives its bound, the whole group is killed, so what it started (torchrun's
-workers, a server it spawned, a pip subprocess) goes with it and never holds a pipe or a port open after the test.
+workers, a server it spawned, a pip subprocess) goes with it and never holds a pipe or a port open after the test. (A
+command that ends by itself may leave a daemon it started on purpose, as a CI step's `orsgen serve &` does: that is
+its test's to stop.)
 
 - `run(argv, ...)`: `subprocess.run`'s arguments and result; `timeout` is a hang guard only (the test's own
   pytest-timeout bounds it anyway), never a statement of how fast the command is.
@@ -26,9 +28,9 @@ from typing import Any, TypeVar
 
 T = TypeVar("T")
 
-# A command's hang guard when the caller gives none: far above any command the suite runs, below the trainer tier's
-# per-test timeout so the command's own output is shown.
-HANG = 900.0
+# A command's hang guard when the caller gives none: far above any command the suite runs. Where it is below the
+# test's own timeout (the slower tiers'), a hung command fails with what it printed.
+HANG = 600.0
 
 
 def killpg(process: subprocess.Popen[Any], sig: int = signal.SIGKILL) -> None:
@@ -46,12 +48,14 @@ def run(argv: Sequence[str] | str, *, timeout: float | None = HANG, check: bool 
     with subprocess.Popen(argv, start_new_session=True, **_pipes(kwargs)) as process:
         try:
             stdout, stderr = process.communicate(kwargs.get("input"), timeout=timeout)
+        except subprocess.TimeoutExpired as late:
+            killpg(process)
+            late.output, late.stderr = process.communicate()  # what it printed before it hung
+            raise
         except BaseException:
             killpg(process)
             process.wait()
             raise
-        finally:
-            killpg(process)  # what the command left behind in its group (a daemon it forked) goes too
         code = process.poll()
         assert code is not None
     if check and code:
