@@ -24,6 +24,9 @@ from tests.harness import evaluation, processes
 from tests.harness.chat_standin import Error, first_user_text, serving
 from tests.harness.processes import wait_until
 
+# `orsgen eval` interrupted, resumed and failed as a user's runs are, a fresh interpreter a run: make test-slow
+pytestmark = pytest.mark.slow
+
 TASKS = 6  # graded's tasks; task 5 never starts
 NEVER_STARTS = 5
 COIN, coin, task_of, script = evaluation.COIN, evaluation.coin, evaluation.task_of, evaluation.script

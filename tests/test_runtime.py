@@ -53,6 +53,7 @@ def test_spaces_at_sse_chunk_boundaries_arrive_intact(faulty):
     mod.close_all()
 
 
+@pytest.mark.slow  # scale: 200 rollouts
 def test_no_session_is_left_open_after_200_rollouts(faulty):
     server, mod, _ = faulty
     pool = [mod.Faulty() for _ in range(8)]
@@ -238,6 +239,7 @@ print(len(results))
 """
 
 
+@pytest.mark.slow  # scale: two fresh interpreters with 32 sessions each
 def test_processes_with_32_concurrent_sessions_each_leak_nothing(faulty):
     server, _, out = faulty
     script = SCALE_SCRIPT.format(folder=str(out.parent), module=out.stem)

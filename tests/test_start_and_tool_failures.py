@@ -194,6 +194,7 @@ def storm(cls, threads: int, stop: threading.Event) -> tuple[list[threading.Thre
     return pool, seen
 
 
+@pytest.mark.slow  # an outage of seconds, ridden out or judged by down_after
 @pytest.mark.parametrize("outage", ["short", "long"])
 def test_an_outage_shorter_than_down_after_ends_nothing_and_a_longer_one_stops_in_one_line(tmp_path, outage):
     """32 threads resetting (AsyncGRPOTrainer's rollout pool), the server killed and restarted on its port. The SDK

@@ -239,6 +239,7 @@ def run(mode: str, timeout: float, wait: bool = False):
         return json.loads(out.read_text()), done.stdout, done.stderr
 
 
+@pytest.mark.slow  # a fresh interpreter per failure, the SDK imported and retrying in each
 @pytest.mark.parametrize(("mode", "timeout", "wait", "counted"), [
     ("down", 8.0, False, "failed"),  # nothing listens: refused at once
     ("refuse", 8.0, False, "failed"),  # 401, not retried

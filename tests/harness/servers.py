@@ -89,7 +89,7 @@ class Counting:
                     elif key == "POST /delete":
                         self.open.discard(sid)
             if message["type"] == "http.response.body" and not message.get("more_body", False):
-                logged["done"] = time.monotonic()  # the answer's last byte: a streamed tool result is whole
+                logged["done"] = time.monotonic()  # its last byte: a streamed tool result is whole
             await send(message)
 
         try:
@@ -135,6 +135,17 @@ class Served(serve.Running):
     def spawn(specs: list[str], port: int, env: dict[str, str]) -> Any:
         """A process forked by the zygote (tests/harness/zygote.py), which imported the SDK and uvicorn once."""
         return _zygote().start(specs, port, env)
+
+    def stop(self) -> None:
+        """SIGTERM, then SIGKILL after 2 s: uvicorn's graceful shutdown waits for every request in flight, and a
+        test that leaves a tool sleeping on the server (a call abandoned at its timeout) is not about that wait."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=2)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
 
     def requests(self) -> dict[str, int]:
         """Requests received since the last call (the server must run with ORSGEN_COUNT_REQUESTS=1)."""

@@ -89,6 +89,7 @@ def test_what_json_cannot_hold_is_described():
 
     record = build(start(), [call(result=[{"type": "image", "image": Picture()}, {"type": "text", "text": "t"}]),
                              call(result=b"\x00\x01")], end())
-    assert record["tool_calls"][0]["result"] == [{"type": "image", "image": "[image 4x3]"}, {"type": "text", "text": "t"}]
+    assert record["tool_calls"][0]["result"] == [{"type": "image", "image": "[image 4x3]"},
+                                                 {"type": "text", "text": "t"}]
     assert record["tool_calls"][1]["result"] == "[2 bytes]"
     assert trajectories.SCHEMA == record["schema"]
