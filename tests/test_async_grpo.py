@@ -35,7 +35,7 @@ from tests.harness.generation import in_process, load
 from tests.harness.processes import wait_until
 from tests.harness.trainers import tool_methods
 
-pytestmark = pytest.mark.trainer  # trains or runs TRL code: also under the oldest TRL (.ci/trl-oldest)
+pytestmark = pytest.mark.trainer  # runs TRL 1.16 code (1.13 refuses --async-tools): under the newest TRL only
 
 
 # -- servers and adapters ------------------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ from tests.harness import coins, processes, records, rounds, servers
 from tests.harness.generation import in_process, load
 from tests.harness.servers import settle
 
-pytestmark = pytest.mark.trainer  # trains: also under the oldest TRL (.ci/trl-oldest)
+pytestmark = pytest.mark.trainer  # trains: the resumed run also under the oldest TRL (.ci/trl-oldest)
 POOL_OF = {"coin": "normal", "never": "hard", "always": "easy"}  # what each kind of task measures as
 
 

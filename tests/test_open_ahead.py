@@ -15,7 +15,7 @@ from tests.harness.generation import in_process, load
 from tests.harness.open_ahead import GROUP, train
 from tests.harness.servers import settle
 
-pytestmark = pytest.mark.trainer  # trains or runs TRL code: also under the oldest TRL (.ci/trl-oldest)
+pytestmark = pytest.mark.trainer  # trains or runs TRL code: under the newest TRL (make test)
 
 
 @pytest.fixture(scope="module")

@@ -4,6 +4,7 @@ a test asserts on what the server saw: `start()`/`running()` give a `Served` tha
 """
 
 import atexit
+import contextlib
 import json
 import os
 import signal
@@ -141,11 +142,10 @@ class Served(serve.Running):
         test that leaves a tool sleeping on the server (a call abandoned at its timeout) is not about that wait."""
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 self.process.wait(timeout=2)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        if self.process.poll() is None:
+            self.kill()
 
     def requests(self) -> dict[str, int]:
         """Requests received since the last call (the server must run with ORSGEN_COUNT_REQUESTS=1)."""
