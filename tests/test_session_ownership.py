@@ -87,14 +87,17 @@ def test_a_reset_interrupted_while_its_session_starts_leaves_nothing_open(sleepy
 
 # -- item 5: a pool of one batch -------------------------------------------------------------------------------
 
-def sent_at_once(creates: list[dict], batches: int) -> list[bool]:
-    """Per batch (the successful `/create`s, in equal consecutive shares): did its last start arrive before its first
-    was answered? Starts sent at once do (each start's setup takes 2 s on the server); starts made one after another
-    do not (the next is sent once the one before was answered)."""
+def sent_at_once(server, since: int, creates: list[dict], batches: int) -> list[bool]:
+    """Per batch (the successful `/create`s, in equal consecutive shares of their arrival order): did its last start
+    arrive before the first of its sessions answered its prompt? The server answers a prompt once the session's 2 s
+    setup is done: starts sent at once all arrive before that; starts made one after another do not (the next is
+    sent once the one before has its prompt)."""
+    prompted = {e["session"]: e["answered"] for e in server.log()[since:]
+                if e["request"].endswith("/prompt") and e["answered"] is not None}
     done = sorted((c for c in creates if c["status"] == 200), key=lambda c: c["arrived"])
     size = len(done) // batches
-    return [max(c["arrived"] for c in done[i * size:(i + 1) * size]) <
-            min(c["answered"] for c in done[i * size:(i + 1) * size]) for i in range(batches)]
+    shares = [done[i * size:(i + 1) * size] for i in range(batches)]
+    return [max(c["arrived"] for c in share) < min(prompted[c["session"]] for c in share) for share in shares]
 
 
 def held_at_most(server, since: int) -> int:
@@ -145,7 +148,7 @@ def test_a_pool_of_one_batch_trains_with_open_ahead(sleepy, tmp_path, mode):
         assert refused == 0 and held_at_most(server, since) <= 8
     # Each batch's starts run at once, next-step too: what its look-ahead could not open for capacity is opened with
     # the batch, not by each reset in line (2 s each).
-    assert sent_at_once(creates, batches=3) == [True, True, True], creates
+    assert sent_at_once(server, since, creates, batches=3) == [True, True, True], creates
     mod.close_all()
     assert server.open_sessions() == []
 
