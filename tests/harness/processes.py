@@ -22,6 +22,7 @@ import contextlib
 import os
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
@@ -39,13 +40,31 @@ def killpg(process: subprocess.Popen[Any], sig: int = signal.SIGKILL) -> None:
         os.killpg(process.pid, sig)
 
 
+@contextlib.contextmanager
+def _interruptible() -> Iterator[None]:
+    """Children start with SIGINT as in a terminal. A shell that starts the tests in the background (`make ... &`,
+    nohup, CI runners) ignores SIGINT, and a child inherits that: a Ctrl-C test's command would run on. A handler is
+    not inherited (the child gets the default), so one stands in while the child starts."""
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+        yield
+        return
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def run(argv: Sequence[str] | str, *, timeout: float | None = HANG, check: bool = False,
         **kwargs: Any) -> subprocess.CompletedProcess[Any]:
     """`subprocess.run(argv, timeout=timeout, check=check, **kwargs)` in a process group of its own, killed whole
     if the call does not return normally (its timeout, the test's, an interrupt)."""
     if "input" not in kwargs:  # in a session of its own it has no terminal to read from
         kwargs.setdefault("stdin", subprocess.DEVNULL)
-    with subprocess.Popen(argv, start_new_session=True, **_pipes(kwargs)) as process:
+    with _interruptible():
+        process = subprocess.Popen(argv, start_new_session=True, **_pipes(kwargs))
+    with process:
         try:
             stdout, stderr = process.communicate(kwargs.get("input"), timeout=timeout)
         except subprocess.TimeoutExpired as late:
@@ -75,7 +94,8 @@ def _pipes(kwargs: dict[str, Any]) -> dict[str, Any]:
 
 def popen(argv: Sequence[str] | str, **kwargs: Any) -> subprocess.Popen[Any]:
     """`subprocess.Popen` in a process group of its own; stop it with `stop` (or use `started`)."""
-    return subprocess.Popen(argv, start_new_session=True, **kwargs)
+    with _interruptible():
+        return subprocess.Popen(argv, start_new_session=True, **kwargs)
 
 
 def stop(process: subprocess.Popen[Any], grace: float = 10.0) -> int:

@@ -1,6 +1,7 @@
 """The harness's process helpers (tests/harness/processes.py): a command that outlives its bound goes with everything
 it started, and waiting on an event says what it waited for."""
 
+import signal
 import subprocess
 import sys
 
@@ -57,3 +58,18 @@ def test_wait_until_returns_the_first_true_value_and_a_timeout_says_what_it_wait
         wait_until(lambda: False, 0.05, interval=0.01, waiting_for="the server")
     with pytest.raises(AssertionError, match=r"^still waiting for 3 sessions left open after 0.05s$"):
         wait_until(lambda: None, 0.05, interval=0.01, waiting_for=lambda: "3 sessions left open")
+
+
+def test_a_child_takes_ctrl_c_even_when_the_tests_were_started_with_sigint_ignored():
+    """A shell starting the tests in the background ignores SIGINT, and children inherit that: a Ctrl-C test's
+    command would run on (tests/test_eval_faults.py's interrupted run finished instead, exit 0)."""
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with processes.started([sys.executable, "-c", "print('ready', flush=True); import time; time.sleep(600)"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as child:
+            assert child.stdout.readline() == "ready\n"
+            child.send_signal(signal.SIGINT)
+            _, err = child.communicate()
+    finally:
+        signal.signal(signal.SIGINT, before)
+    assert child.returncode == -signal.SIGINT and "KeyboardInterrupt" in err  # what Python dies of at Ctrl-C
