@@ -20,6 +20,19 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 os.environ.setdefault("ORSGEN_WIRE_BACKOFF_SCALE", "0.05")
 
 
+# The per-test timeout of the longer tiers (pytest-timeout; the fast tier's is pyproject's `timeout`). A test's own
+# @pytest.mark.timeout(N) wins. Hang guards: a hang fails its test with every thread's stack and the run goes on.
+TIER_TIMEOUT = {"slow": 600, "trainer": 1200, "install": 1200}
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if item.get_closest_marker("timeout") is None:
+            tiers = [TIER_TIMEOUT[m.name] for m in item.iter_markers() if m.name in TIER_TIMEOUT]
+            if tiers:
+                item.add_marker(pytest.mark.timeout(max(tiers)))
+
+
 @pytest.fixture(scope="session")
 def echo_server():
     with servers.running("examples.echo:Echo") as server:

@@ -3,13 +3,13 @@
 import inspect
 import json
 import socket
-import subprocess
 import sys
 
 import pytest
 from orsgen.runtime import episode_of
 from transformers.utils import get_json_schema
 
+from tests.harness import processes
 from tests.harness.generation import in_process, load
 from tests.harness.trainers import tools_by_name
 
@@ -110,7 +110,8 @@ def test_catalog_target_uses_session_url_and_never_stores_the_key(echo_server, t
         f"import sys; sys.path.insert(0, {str(tmp_path)!r}); import catalog; a = catalog.Echo(); "
         "print(a.reset(task_index=1)); print(a.echo(text='grape'), a.get_reward()); catalog.close_all()"
     )
-    run = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, env={**__import__("os").environ, **env})
+    run = processes.run([sys.executable, "-c", code], capture_output=True, text=True,
+                        env={**__import__("os").environ, **env})
     assert run.returncode == 0, run.stderr
     assert run.stdout.split("\n")[:2] == ["Echo the word grape", "grape 1.0"]
 
@@ -156,7 +157,7 @@ def test_training_imports_the_runtime_and_never_the_generator(echo_server, gener
         "assert 'datasets' not in sys.modules and 'trl' not in sys.modules\n"
         "a = adapter.Echo(); print(a.reset(task_index=3)); adapter.close_all()\n"
     )
-    run = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True)
+    run = processes.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
     assert run.stdout.strip() == "Echo the word mango"
 
@@ -168,7 +169,7 @@ def test_a_module_for_another_runtime_api_refuses_to_load_in_one_line(echo_serve
     assert "runtime.require(1, __name__)" in text
     path.write_text(text.replace("runtime.require(1, __name__)", "runtime.require(99, __name__)"))
     code = f"import sys; sys.path.insert(0, {str(path.parent)!r})\nimport adapter\n"
-    run = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True)
+    run = processes.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert run.returncode == 1
     last = run.stderr.strip().splitlines()[-1]
     assert last.startswith("ImportError: adapter was generated for orsgen runtime API 99, but the installed orsgen")
@@ -181,10 +182,10 @@ def test_generated_modules_pass_mypy_and_ruff(multi_server, tmp_path):
         out = tmp_path / f"{env}_adapter.py"
         assert in_process(multi_server.url, "--env", env, "-o", str(out)).returncode == 0
         paths.append(str(out))
-    ruff = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", *paths], check=False, capture_output=True, text=True)
+    ruff = processes.run([sys.executable, "-m", "ruff", "check", "--no-cache", *paths], capture_output=True, text=True)
     assert ruff.returncode == 0, ruff.stdout + ruff.stderr
-    mypy = subprocess.run([sys.executable, "-m", "mypy", "--no-incremental", "--ignore-missing-imports", *paths],
-                          check=False, capture_output=True, text=True)
+    mypy = processes.run([sys.executable, "-m", "mypy", "--no-incremental", "--ignore-missing-imports", *paths],
+                         capture_output=True, text=True)
     assert mypy.returncode == 0, mypy.stdout + mypy.stderr
 
 

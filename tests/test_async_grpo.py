@@ -8,27 +8,34 @@ thing bypassed is `is_vllm_available()` in `AsyncRolloutWorker.__init__` (vLLM c
 client talks to the scripted server exactly as it talks to vLLM (it calls nothing but `POST /v1/completions`).
 """
 
-import asyncio
 import inspect
-import itertools
 import json
 import threading
 import time
-from typing import Any, ClassVar
+from typing import Any
 
 import pytest
-from orsgen.runtime import episode_of
 
 from examples import tiny
 from tests.harness import servers
-from tests.harness.async_worker import accepted, cause_line, collect, run_worker, stop
+from tests.harness.async_worker import (
+    QUESTIONS,
+    accepted,
+    cause_line,
+    collect,
+    complete_groups,
+    groups,
+    instrumented,
+    run_worker,
+    stop,
+    user_text,
+)
 from tests.harness.completions import serving
 from tests.harness.generation import in_process, load
+from tests.harness.processes import wait_until
 from tests.harness.trainers import tool_methods
 
-pytestmark = pytest.mark.trainer  # trains or runs TRL code: also under the oldest TRL (.ci/trl-oldest)
-
-QUESTIONS = {0: ("What is 2+2?", "4"), 1: ("Capital of France?", "Paris"), 2: ("3*3?", "9")}  # tests/envs/quiz.py
+pytestmark = pytest.mark.trainer  # runs TRL 1.16 code (1.13 refuses --async-tools): under the newest TRL only
 
 
 # -- servers and adapters ------------------------------------------------------------------------------------------
@@ -55,76 +62,7 @@ def quiz_async(tmp_path_factory):
         yield server, out
 
 
-def instrumented(adapter_class: type, **class_attributes: Any) -> type:
-    """A subclass that records, per episode, the reset (thread, row, task), every tool call (thread, event loop, start
-    and end), and get_reward(). Only underscore members and the two TRL-reserved names are touched, so the tools TRL
-    finds on it are exactly the generated ones."""
-
-    class Instrumented(adapter_class):  # type: ignore[misc, valid-type]
-        events: ClassVar[list[dict[str, Any]]] = []
-        _lock: ClassVar[threading.Lock] = threading.Lock()
-        _episodes: ClassVar[Any] = itertools.count()
-        _episode: int = -1
-
-        def _log(self, **event: Any) -> None:
-            with self._lock:
-                self.events.append({"adapter": id(self), "episode": self._episode,
-                                    "thread": threading.current_thread().name, **event})
-
-        def reset(self, **row: Any) -> Any:
-            started = time.monotonic()
-            self._episode = next(self._episodes)
-            try:
-                prompt = super().reset(**row)
-            except BaseException as exc:
-                self._log(kind="reset", row_task=row.get("task_index"), error=exc, start=started, end=time.monotonic())
-                raise
-            self._log(kind="reset", row_task=row.get("task_index"), task_index=self.task_index, prompt=prompt,
-                      start=started, end=time.monotonic())
-            return prompt
-
-        async def _acall(self, name: str, arguments: dict[str, Any]) -> Any:
-            started = time.monotonic()
-            loop = asyncio.get_running_loop()
-            try:
-                result = await super()._acall(name, arguments)
-            except Exception as exc:
-                self._log(kind="tool", name=name, arguments=arguments, loop=loop, error=str(exc), start=started,
-                          end=time.monotonic(), task_index=self.task_index)
-                raise
-            self._log(kind="tool", name=name, arguments=arguments, loop=loop, result=result, start=started,
-                      end=time.monotonic(), task_index=self.task_index)
-            return result
-
-        def get_reward(self) -> float | None:
-            value = super().get_reward()
-            self._log(kind="reward", value=value, task_index=self.task_index, void=episode_of(self).why,
-                      mismatch=self.prompt_mismatch, at=time.monotonic())
-            return value
-
-    for key, value in class_attributes.items():
-        setattr(Instrumented, key, value)
-    Instrumented.__name__ = Instrumented.__qualname__ = class_attributes.get("__name__", adapter_class.__name__)
-    return Instrumented
-
-
 # -- running TRL's worker ------------------------------------------------------------------------------------------
-
-
-def groups(samples: list[Any]) -> dict[int, list[Any]]:
-    out: dict[int, list[Any]] = {}
-    for sample in samples:
-        out.setdefault(sample.group_id, []).append(sample)
-    return out
-
-
-def complete_groups(n_groups: int, per_group: int):
-    return lambda samples: all(len(groups(samples).get(g, [])) >= per_group for g in range(n_groups))
-
-
-def user_text(prompt_text: str) -> str:
-    """The last user message of a rendered prompt (tiny's chat format)."""
-    return prompt_text.rsplit("<|user|>", 1)[-1].split("<|eot|>", 1)[0]
 
 
 def tool_contents(completion: list[dict[str, Any]]) -> list[str]:
@@ -388,9 +326,7 @@ def test_async_rollout_worker_in_its_spawned_child(quiz_async, monkeypatch, tmp_
             assert [tool_contents(s.completion) for s in rows] == [["correct"]] * 4
             assert [s.metrics["rewards/Quiz"] for s in rows] == [1.0] * 4  # get_reward() in the child, per rollout
         # The child closed its sessions when it exited (the runtime's exit hook runs in a spawned child too).
-        deadline = time.monotonic() + 30
-        while set(server.open_sessions()) - before and time.monotonic() < deadline:
-            time.sleep(0.2)
+        wait_until(lambda: not set(server.open_sessions()) - before, waiting_for="the child's sessions closed")
         assert set(server.open_sessions()) - before == set()
 
         # The child recorded its episodes (the parent ran none): one record per rollout it finished, in a file of

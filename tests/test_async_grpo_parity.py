@@ -9,7 +9,6 @@ import importlib
 import json
 import queue
 import threading
-import time
 from types import SimpleNamespace
 from typing import Any
 
@@ -19,19 +18,24 @@ from orsgen.runtime import worker_metrics
 from examples import tiny
 from tests.harness import servers
 from tests.harness.async_worker import (
+    QUESTIONS,
     accepted,
     cause_line,
     collect,
+    complete_groups,
     dies_with_its_stop_watcher_waiting,
     draining,
+    groups,
+    instrumented,
     log_window,
     run_worker,
     stop,
+    user_text,
 )
 from tests.harness.completions import serving
 from tests.harness.generation import in_process, load
+from tests.harness.processes import wait_until
 from tests.harness.trainers import tool_methods
-from tests.test_async_grpo import QUESTIONS, complete_groups, groups, instrumented, user_text
 
 pytestmark = pytest.mark.trainer  # runs TRL code: also under the oldest TRL (.ci/trl-oldest)
 
@@ -278,9 +282,8 @@ def test_a_group_the_worker_cannot_match_stops_it_with_one_line_and_stop_returns
         assert first.startswith("RuntimeError: group_reward: AsyncGRPOTrainer's worker asked for the scores of a group")
         assert "pass the module's group_reward itself in reward_funcs" in first
         assert not log.exists()  # nothing was posted
-        deadline = time.monotonic() + 30
-        while server.open_sessions() and time.monotonic() < deadline:  # the child's exit hook closes its sessions
-            time.sleep(0.2)
+        # the child's exit hook closes its sessions
+        wait_until(lambda: not server.open_sessions(), waiting_for="the child's sessions closed")
         assert server.open_sessions() == []
 
 

@@ -3,13 +3,12 @@ and TRL's failure count are those of TRL's own one-by-one loop; the calls of dif
 server; what cannot be known runs as TRL makes it."""
 
 import json
-import subprocess
 import sys
 
 import pytest
 from orsgen.runtime import calls, hooks
 
-from tests.harness import trainers
+from tests.harness import processes, trainers
 from tests.harness.generation import served
 from tests.harness.trainers import tool_methods
 
@@ -132,16 +131,20 @@ def test_a_call_outside_trls_loop_starts_nothing_ahead(tally):
 
 
 MISMATCH = """
-import logging, sys
+import json, logging, sys, urllib.request
 sys.path[:0] = {paths!r}
 logging.basicConfig(level=logging.WARNING, format="%(message)s")
 from tests.harness.generation import load
-from orsgen.runtime import calls, hooks
+from tests.harness.processes import wait_until
+from orsgen.runtime import calls, hooks, episode_of
 mod = load(__import__("pathlib").Path({path!r}))
 env = mod.Tally()
 env.reset(task_index=0)
 calls.start(env, [calls.Captured("add", {{"n": 1}})], env._call_ahead)
-__import__("time").sleep(1)  # it has run: TRL's call comes after it
+log = lambda: json.loads(urllib.request.urlopen({url!r} + "/_log", timeout=5).read())
+sid = episode_of(env).session.sid
+wait_until(lambda: any(e["session"] == sid and e["request"].endswith("/call") and e["done"] for e in log()),
+           waiting_for="the call started ahead to be answered")  # it has run: TRL's call comes after it
 print(env.add(n=5))  # not the call started ahead: a warning, and the feature is off
 print(calls.off(), calls.totals)
 mod.close_all()
@@ -149,9 +152,9 @@ mod.close_all()
 
 
 def test_a_call_that_is_not_the_one_started_ahead_is_a_warning_and_turns_the_feature_off(tally):
-    _, mod = tally
-    script = MISMATCH.format(paths=sys.path, path=str(mod.__file__))
-    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False)
+    server, mod = tally
+    script = MISMATCH.format(paths=sys.path, path=str(mod.__file__), url=server.url)
+    run = processes.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert run.returncode == 0, run.stderr[-2000:]
     out = run.stdout.splitlines()
     assert out[0] == "total 6 after 2 calls"  # the call started ahead ran; TRL's then ran as asked
@@ -208,29 +211,30 @@ def test_a_tool_that_raises_when_read_ahead_runs_as_trl_makes_it(tally, tmp_path
 
 
 EXITS = """
-import sys, time
+import json, sys, time, urllib.request
 sys.path[:0] = {paths!r}
 from tests.harness.generation import load
+from tests.harness.processes import wait_until
 from orsgen.runtime import calls, episode_of
 mod = load(__import__("pathlib").Path({path!r}))
 env = mod.Tally()
 env.reset(task_index=0)
 print(episode_of(env).session.sid, flush=True)
 calls.start(env, [calls.Captured("nap", {{"seconds": 60}})], env._call_ahead)  # TRL never takes it
-time.sleep(0.5)
+log = lambda: json.loads(urllib.request.urlopen({url!r} + "/_log", timeout=5).read())
+wait_until(lambda: any(e["request"].endswith("/call") for e in log()), waiting_for="the server to get the call")
 raise RuntimeError("the trainer crashed")
 """
 
 
 def test_a_process_that_dies_with_a_call_started_ahead_leaves_nothing_running_or_open(tally):
-    import time
-
     server, mod = tally
-    started = time.monotonic()
-    run = subprocess.run([sys.executable, "-c", EXITS.format(paths=sys.path, path=str(mod.__file__))],
-                         capture_output=True, text=True, timeout=120, check=False)
-    took = time.monotonic() - started
+    run = processes.run([sys.executable, "-c", EXITS.format(paths=sys.path, path=str(mod.__file__), url=server.url)],
+                        capture_output=True, text=True)
     assert run.returncode == 1 and "the trainer crashed" in run.stderr, run.stderr[-2000:]
     sid = run.stdout.strip()
-    assert sid and took < 30  # the 60 s call did not hold the exit
+    [call] = [e for e in server.log() if e["session"] == sid and e["request"].endswith("/call")]
+    [closed] = [e for e in server.log() if e["session"] == sid and e["request"] == "POST /delete"]
+    # the 60 s call did not hold the exit: the session was closed while the server was still running the call
+    assert call["done"] is None or closed["arrived"] < call["done"]
     assert sid not in server.open_sessions()  # closed at exit, the call in flight given up

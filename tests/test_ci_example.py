@@ -7,7 +7,6 @@ environment (a stale module) 1, a server that does not answer where the module's
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -16,7 +15,7 @@ import pytest
 import yaml
 
 from examples import serve
-from tests.harness import ROOT
+from tests.harness import ROOT, processes
 from tests.harness.generation import in_process
 
 JOB = ROOT / "examples" / "ci" / "orsgen-check.yml"
@@ -79,9 +78,8 @@ def run_job(project: Path, tmp_path: Path, **env: str) -> tuple[int, str]:
         assert "run" in step, f"a step after the install that is not a shell step: {step}"
         if failed and step.get("if") != "always()":
             continue
-        result = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", step["run"]], cwd=project,
-                                env={**base, **step.get("env", {})}, capture_output=True, text=True, timeout=240,
-                                check=False)
+        result = processes.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", step["run"]], cwd=project,
+                               env={**base, **step.get("env", {})}, capture_output=True, text=True)
         output.append(f"## {step['name']}: exit {result.returncode}\n{result.stdout}{result.stderr}")
         if result.returncode and not failed:
             failed = result.returncode
@@ -111,9 +109,9 @@ def copy(project: tuple[Path, int], tmp_path: Path) -> tuple[Path, str]:
     return mine, str(port)
 
 
-def stopped(folder: Path, timeout: float = 15.0) -> bool:
-    """Whether the server the job started has exited (a zombie, if nothing reaps orphans here, has) in time; if
-    not, it is killed here (the runner would end it with the job)."""
+def stopped(folder: Path, timeout: float = 60.0) -> bool:
+    """Whether the server the job started has exited (a zombie, if nothing reaps orphans here, has) before
+    `timeout` (a hang guard); if not, it is killed here (the runner would end it with the job)."""
     pid = int((folder / "orsgen-serve.pid").read_text())
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -7,7 +7,6 @@ value types.
 import inspect
 import json
 import keyword
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,7 @@ from typing import Any
 import pytest
 from transformers.utils import get_json_schema
 
-from tests.harness import ROOT
+from tests.harness import ROOT, processes
 from tests.harness.generation import in_process, load
 from tests.harness.tool_lists import CORPORA
 from tests.harness.trainers import tools_by_name
@@ -307,17 +306,17 @@ def test_corpus_file(source, generated):
 def test_generated_modules_pass_ruff(generated):
     paths = [str(generated(source)) for source in FILES]
     config = str(ROOT / "pyproject.toml")
-    result = subprocess.run(
+    result = processes.run(
         [sys.executable, "-m", "ruff", "check", "--no-cache", "--config", config, *paths],
-        capture_output=True, text=True, cwd=ROOT, timeout=300, check=False,
+        capture_output=True, text=True, cwd=ROOT,
     )
     assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_generated_modules_pass_mypy(generated):
     paths = [str(generated(source)) for source in FILES]
-    result = subprocess.run(
+    result = processes.run(
         [sys.executable, "-m", "mypy", "--ignore-missing-imports", "--no-incremental", *paths],
-        capture_output=True, text=True, cwd=ROOT, timeout=600, check=False,
+        capture_output=True, text=True, cwd=ROOT,
     )
     assert result.returncode == 0, result.stdout + result.stderr

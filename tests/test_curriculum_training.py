@@ -7,18 +7,17 @@ opened before the difficulty order existed."""
 
 import collections
 import os
-import subprocess
 import sys
 
 import pytest
 from transformers import TrainerCallback
 
 from tests.envs.coins import TASKS, kind
-from tests.harness import coins, records, rounds, servers
+from tests.harness import coins, processes, records, rounds, servers
 from tests.harness.generation import in_process, load
 from tests.harness.servers import settle
 
-pytestmark = pytest.mark.trainer  # trains: also under the oldest TRL (.ci/trl-oldest)
+pytestmark = pytest.mark.trainer  # trains: the resumed run also under the oldest TRL (.ci/trl-oldest)
 POOL_OF = {"coin": "normal", "never": "hard", "always": "easy"}  # what each kind of task measures as
 
 
@@ -88,11 +87,10 @@ def test_two_ranks_draw_the_same_task_for_every_group(served, tmp_path):
     """3 groups of 8 a round over 2 ranks of 12 rollouts: the middle group has 4 rollouts on each rank."""
     _, path = served
     steps, per_device, group, world = 8, 12, 8, 2
-    run = subprocess.run(
+    run = processes.run(
         [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(world), "--master_addr", "127.0.0.1",
          "--master_port", str(servers.free_port()), "-m", "tests.harness.coins", str(path), str(tmp_path / "out"),
-         str(steps), str(per_device), str(group), "difficulty"],
-        check=False, capture_output=True, text=True, timeout=600,
+         str(steps), str(per_device), str(group), "difficulty"], capture_output=True, text=True,
         env={**os.environ, "ORSGEN_OPEN_AHEAD": "next-step"},
     )
     assert run.returncode == 0, run.stderr[-3000:]

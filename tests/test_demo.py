@@ -1,19 +1,18 @@
 """The demo (`make demo`) says in one line of its own what its unscored first steps are, instead of TRL's warning, a
 dump of a rollout's kwargs for every step that has one."""
 
-import subprocess
 import sys
 
 import pytest
 
-from tests.harness import ROOT
+from tests.harness import ROOT, processes
 
 
 @pytest.mark.trainer
 def test_demo_explains_unscored_rollouts_in_one_line(tmp_path):
     # No warm-up: the tiny model calls no tool, so every rollout of the step is unscored (the demo's worst case).
-    result = subprocess.run([sys.executable, "-m", "examples.demo", "--steps", "1", "--warmup-steps", "0", "--out",
-                             str(tmp_path)], cwd=ROOT, capture_output=True, text=True, check=False, timeout=600)
+    result = processes.run([sys.executable, "-m", "examples.demo", "--steps", "1", "--warmup-steps", "0", "--out",
+                             str(tmp_path)], cwd=ROOT, capture_output=True, text=True)
     output = result.stdout + result.stderr
     assert "All reward functions returned None" not in output, result.stderr
     assert "for the following kwargs" not in output

@@ -1,12 +1,11 @@
 """Datasets, rewards, env-owned task order and images, through generated modules against live servers."""
 
 import json
-import subprocess
 import sys
 
 import pytest
 
-from tests.harness import servers
+from tests.harness import processes, servers
 from tests.harness.generation import in_process, load
 from tests.harness.servers import settle
 
@@ -115,7 +114,7 @@ def test_images_reach_the_model_as_content_parts(studio, pillow):
         "print(parts[0]); print(parts[1]['type'], type(parts[1]['image']).__module__, str(parts[1]['image'])[:22])\n"
         "m.close_all()\n"
     )
-    run = subprocess.run([sys.executable, "-c", script], check=False, capture_output=True, text=True, timeout=120)
+    run = processes.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
     text, image = run.stdout.splitlines()
     assert text == "{'type': 'text', 'text': 'a pixel'}"

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from orsgen import __version__
 
-from tests.harness import ROOT, servers
+from tests.harness import ROOT, processes, servers
 from tests.harness.generation import in_process, load, orsgen
 from tests.harness.servers import free_port
 from tests.harness.stub_ors import Reply, Seen, stub
@@ -159,12 +159,11 @@ def test_check_diff_into_a_closed_pipe_exits_with_the_checks_code_quietly(tmp_pa
             {"PYTHONUNBUFFERED": unbuffered} if unbuffered else {})
         for argv, code in ((["--check", "--diff", str(module)], 1), (["--report", str(module)], 0),
                            (["--check", str(fresh)], 0), (["--help"], 0)):
-            run = subprocess.Popen([sys.executable, "-m", "orsgen", *argv], stdout=subprocess.PIPE,
-                                   stderr=subprocess.PIPE, cwd=tmp_path, env=env)
-            assert run.stdout is not None and run.stderr is not None
-            run.stdout.close()  # `| head` gone before the first line: every write meets a closed pipe
-            err = run.stderr.read().decode()
-            assert run.wait(timeout=120) == code and err == "", (unbuffered, argv, err)
+            with processes.started([sys.executable, "-m", "orsgen", *argv], stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, cwd=tmp_path, env=env) as run:
+                run.stdout.close()  # `| head` gone before the first line: every write meets a closed pipe
+                err = run.stderr.read().decode()
+                assert run.wait() == code and err == "", (unbuffered, argv, err)
 
 
 # d. A catalog target with no network ------------------------------------------------------------------------------
@@ -284,8 +283,8 @@ def test_drift_error_names_the_change_as_check_does(echo_server, tmp_path):
 
 
 def mypy(folder: Path, *paths: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "mypy", "--no-incremental", *paths], cwd=folder, check=False,
-                          capture_output=True, text=True, timeout=300)
+    return processes.run([sys.executable, "-m", "mypy", "--no-incremental", *paths], cwd=folder,
+                         capture_output=True, text=True)
 
 
 def test_a_folder_orsgen_creates_is_a_package_mypy_checks_beside_user_code(echo_server, tmp_path):

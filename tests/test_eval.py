@@ -13,6 +13,8 @@ from tests.harness import evaluation
 from tests.harness.chat_standin import Error, Reply, first_user_text, serving, tool_results
 from tests.harness.generation import in_process, load
 
+pytestmark = pytest.mark.slow  # `orsgen eval` run as a user runs it, a fresh interpreter a run: make test-slow
+
 SEED, K = 3, 4
 COIN, coin, task_of, script = evaluation.COIN, evaluation.coin, evaluation.task_of, evaluation.script
 

@@ -1,12 +1,12 @@
 """TypedDicts for type checkers, and the fidelity report, on the rich test environment's tool list."""
 
 import json
-import subprocess
 import sys
 
 import pytest
 
 from tests.envs.rich import Rich
+from tests.harness import processes
 from tests.harness.generation import in_process, load
 
 
@@ -56,8 +56,8 @@ def test_typed_dicts_reach_type_checkers_not_the_model(rich_json, tmp_path):
         "a.create(item={'name': 'x', 'price': 'free'}, class_='c', self_='s')\n"  # wrong field type
         "a.create(item={'name': 'x'}, class_='c', self_='s')\n"  # missing required field
     )
-    run = subprocess.run([sys.executable, "-m", "mypy", "--ignore-missing-imports", "--no-incremental", str(user)],
-                         cwd=tmp_path, check=False, capture_output=True, text=True)
+    run = processes.run([sys.executable, "-m", "mypy", "--ignore-missing-imports", "--no-incremental", str(user)],
+                        cwd=tmp_path, capture_output=True, text=True)
     errors = [line for line in run.stdout.splitlines() if ": error:" in line]
     assert [e.split(":")[1] for e in errors] == ["4", "5"], run.stdout
     assert '"price"' in errors[0] and '"price"' in errors[1]

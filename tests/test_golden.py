@@ -2,14 +2,13 @@
 with `orsgen --check`, then type-checked and linted. Regenerate them all with `make golden`."""
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from transformers.utils import get_json_schema
 
-from tests.harness import ROOT
+from tests.harness import ROOT, processes
 from tests.harness.generation import in_process, load
 from tests.harness.trainers import tool_methods
 
@@ -30,14 +29,13 @@ def test_expected_output_is_current(case):
 
 def test_expected_outputs_pass_ruff_and_mypy():
     paths = [str(c / "expected.py") for c in CASES]
-    ruff = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", *paths],
-                          check=False, capture_output=True, text=True)
+    ruff = processes.run([sys.executable, "-m", "ruff", "check", "--no-cache", *paths], capture_output=True, text=True)
     assert ruff.returncode == 0, ruff.stdout
     # --strict, against the runtime's own types (mypy cannot see through the editable install's import hook:
     # MYPYPATH; the runtime is checked by `make lint`, its own rules, so errors there are silent here).
-    mypy = subprocess.run([sys.executable, "-m", "mypy", "--strict", "--follow-imports=silent", "--no-incremental",
-                           *paths], check=False, capture_output=True, text=True,
-                          env={**os.environ, "MYPYPATH": str(ROOT / "codegen")})  # one run: no runtime copies
+    mypy = processes.run([sys.executable, "-m", "mypy", "--strict", "--follow-imports=silent", "--no-incremental",
+                           *paths], capture_output=True, text=True,
+                         env={**os.environ, "MYPYPATH": str(ROOT / "codegen")})  # one run: no runtime copies
     assert mypy.returncode == 0 and f"in {len(paths)} source files" in mypy.stdout, mypy.stdout
 
 

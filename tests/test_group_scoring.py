@@ -5,12 +5,11 @@ sessions open while scored and closed after; two torchrun ranks."""
 import json
 import logging
 import math
-import subprocess
 import sys
 
 import pytest
 
-from tests.harness import records, servers
+from tests.harness import processes, records, servers
 from tests.harness.generation import orsgen
 from tests.harness.group_scoring import ANSWERS, SCORES, train
 from tests.harness.servers import free_port, settle
@@ -121,11 +120,10 @@ def test_without_environments_outside_asyncgrpos_worker_group_reward_refuses_in_
 
 
 def torchrun(module, out, tasks: str, per_device: int) -> list[dict]:
-    run = subprocess.run(
+    run = processes.run(
         [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
          "--master_port", str(free_port()), "-m", "tests.harness.group_scoring", str(module), str(out), tasks,
-         str(per_device)],
-        check=False, capture_output=True, text=True, timeout=900,
+         str(per_device)], capture_output=True, text=True, timeout=900,
     )
     assert run.returncode == 0, run.stderr[-3000:]
     return sorted(records(run.stdout, "rank"),
@@ -162,8 +160,8 @@ def test_asyncgrpo_rollout_worker_scores_each_group_once_on_one_of_its_sessions(
     server, log = judged
     path = tmp_path / "judged_worker.py"  # sync tools: TRL 1.13's worker refuses async ones
     assert orsgen(server.url, "-o", str(path)).returncode == 0
-    run = subprocess.run([sys.executable, "-m", "tests.harness.group_scoring", "async", str(path)], check=False,
-                         capture_output=True, text=True, timeout=300)
+    run = processes.run([sys.executable, "-m", "tests.harness.group_scoring", "async", str(path)],
+                        capture_output=True, text=True)
     assert run.returncode == 0, run.stderr[-3000:]
     (line,) = records(run.stdout, "error")
     assert line["error"] == "NoneType" and not line["failed"], line
@@ -210,8 +208,8 @@ def test_asyncgrpo_worker_leaves_a_rollout_that_never_started_out_of_its_groups_
     with servers.running("tests.envs.judged_flaky:JudgedFlaky", env=counted) as server:
         path = tmp_path / "judged_flaky_worker.py"
         assert orsgen(server.url, "-o", str(path)).returncode == 0
-        run = subprocess.run([sys.executable, "-m", "tests.harness.group_scoring", "async", str(path), "Judgedflaky"],
-                             check=False, capture_output=True, text=True, timeout=300)
+        run = processes.run([sys.executable, "-m", "tests.harness.group_scoring", "async", str(path), "Judgedflaky"],
+                            capture_output=True, text=True)
         assert run.returncode == 0, run.stderr[-3000:]
         (line,) = records(run.stdout, "error")
         assert line["error"] == "NoneType" and not line["failed"], line

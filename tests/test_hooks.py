@@ -2,12 +2,11 @@
 adapter class or for all, and that a listener's failure never reaches the caller."""
 
 import logging
-import subprocess
 import sys
 
 import pytest
 
-from tests.harness import servers
+from tests.harness import processes, servers
 from tests.harness.generation import load, orsgen
 
 
@@ -115,5 +114,5 @@ def test_importing_the_runtime_does_not_import_transformers():
             "assert 'transformers' not in sys.modules and 'torch' not in sys.modules, 'imported'; "
             "from generated.echo import EpisodeMetrics; from transformers import TrainerCallback; "
             "assert issubclass(EpisodeMetrics, TrainerCallback)")
-    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False)
+    run = processes.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert run.returncode == 0, run.stderr[-2000:]

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness import ROOT
+from tests.harness import ROOT, processes
 from tests.harness.chat_standin import Reply, first_user_text, serving, tool_results
 
 pytestmark = pytest.mark.install
@@ -34,7 +34,7 @@ DATASET = "import echo; rows = echo.dataset(num_tasks=2); print(len(rows), sorte
 
 
 def git(*args: str) -> str:
-    return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True, check=True).stdout
+    return processes.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True, check=True).stdout
 
 
 @pytest.fixture(scope="session")
@@ -48,8 +48,8 @@ def place(tmp_path_factory):
             (checkout / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / name, checkout / name)
     pip = [sys.executable, "-m", "pip", "-q"]
-    subprocess.run([*pip, "wheel", "--no-deps", str(checkout), "-w", str(base / "dist")], check=True, cwd=base)
-    subprocess.run([*pip, "download", "-d", str(base / "house"), "setuptools>=68",
+    processes.run([*pip, "wheel", "--no-deps", str(checkout), "-w", str(base / "dist")], check=True, cwd=base)
+    processes.run([*pip, "download", "-d", str(base / "house"), "setuptools>=68",
                     f"{base / 'dist' / WHEEL}[generator,report]"], check=True, cwd=base)
     (base / "house" / WHEEL).unlink()  # each line installs orsgen its own way, never from here
     shutil.rmtree(checkout / "build", ignore_errors=True)
@@ -62,7 +62,7 @@ class Venv:
     """A fresh venv and a shell of its own: its bin first on PATH, no PYTHONPATH, pip reading the wheelhouse."""
 
     def __init__(self, folder: Path, house: Path) -> None:
-        subprocess.run([_base_python(), "-m", "venv", str(folder / "venv")], check=True)
+        processes.run([_base_python(), "-m", "venv", str(folder / "venv")], check=True)
         self.bin = folder / "venv" / "bin"
         self.folder = folder
         keep = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
@@ -73,8 +73,7 @@ class Venv:
 
     def run(self, line: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
         """One line as a user types it, in this venv's shell."""
-        return subprocess.run(line, shell=True, cwd=cwd or self.folder, env=self.env, capture_output=True, text=True,
-                              timeout=600, check=False)
+        return processes.run(line, shell=True, cwd=cwd or self.folder, env=self.env, capture_output=True, text=True)
 
     def install(self, line: str, cwd: Path | None = None) -> None:
         done = self.run(line, cwd)

@@ -6,7 +6,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 import tomllib
 import zipfile
 from pathlib import Path
@@ -14,8 +13,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.harness import ROOT, servers
+from tests.harness import ROOT, processes, servers
 from tests.harness.generation import in_process
+from tests.harness.processes import wait_until
 
 ECHO_TOOLS = ROOT / "tests" / "golden" / "echo" / "tools.json"
 
@@ -69,14 +69,12 @@ def test_offline_hook_passes_with_the_server_down(tmp_path, monkeypatch):
         assert in_process().returncode == 0 and (root / "gen" / "echo.tasks.json").is_file()
     finally:
         server.stop()
-    started = time.monotonic()
-    hook = subprocess.run([sys.executable, "-X", "importtime", "-m", "orsgen", "--check", "--offline"], cwd=root,
-                          check=False, capture_output=True, text=True, timeout=60)
-    elapsed = time.monotonic() - started
+    hook = processes.run([sys.executable, "-X", "importtime", "-m", "orsgen", "--check", "--offline"], cwd=root,
+                         capture_output=True, text=True)
     assert hook.returncode == 0 and hook.stdout == "gen/echo.py: up to date\n", hook.stdout + hook.stderr[-2000:]
     imported = {line.split("|")[-1].strip() for line in hook.stderr.splitlines() if line.startswith("import time:")}
+    # what keeps the hook well under a second (how fast is the benchmark's job): it imports no SDK
     assert "orsgen.cli" in imported and not any(name.split(".")[0] == "openreward" for name in imported)
-    assert elapsed < 10, elapsed  # about 0.4 s on 2 cores; loose: the machine is shared
     module = root / "gen" / "echo.py"
     module.write_text(module.read_text().replace('"""Echo text back.', '"""Edited by hand.'))
     code, out, _ = in_process("--check", "--offline")
@@ -107,16 +105,17 @@ def test_ctrl_c_during_generation(tmp_path):
         # with SIGINT ignored, which a child would inherit (a handler is not inherited: the child gets the default)
         ignored = signal.signal(signal.SIGINT, signal.default_int_handler)
         try:
-            child = subprocess.Popen([sys.executable, "-m", "orsgen", server.url, "-o", str(out)],
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            child = processes.popen([sys.executable, "-m", "orsgen", server.url, "-o", str(out)],
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         finally:
             signal.signal(signal.SIGINT, ignored)
-        deadline = time.monotonic() + 60
-        while not mark.exists() and child.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert mark.exists(), "orsgen never asked the server for its tools"
-        child.send_signal(signal.SIGINT)
-        stdout, stderr = child.communicate(timeout=30)
+        try:
+            wait_until(lambda: mark.exists() or child.poll() is not None, waiting_for="orsgen to ask for the tools")
+            assert mark.exists(), "orsgen never asked the server for its tools"
+            child.send_signal(signal.SIGINT)
+            stdout, stderr = child.communicate()
+        finally:
+            processes.stop(child)
     finally:
         server.kill()  # its tool listing never returns
     assert child.returncode == 130, stderr
@@ -168,16 +167,16 @@ def test_editable_install_is_seen_by_mypy(tmp_path, monkeypatch):
     assert in_process(str(ECHO_TOOLS), "--env", "echo", "-o", "echo.py").returncode == 0
     (tmp_path / "user.py").write_text("from echo import Echo\n\nenv = Echo()\nr: float = env.get_reward()\n")
     (tmp_path / "mypy.ini").write_text("[mypy]\n")  # mypy's defaults: a missing package is an error
-    result = subprocess.run([sys.executable, "-m", "mypy", "--no-incremental", "user.py"], cwd=tmp_path, check=False,
-                            capture_output=True, text=True, timeout=300)
+    result = processes.run([sys.executable, "-m", "mypy", "--no-incremental", "user.py"], cwd=tmp_path,
+                           capture_output=True, text=True)
     assert "Cannot find implementation" not in result.stdout, result.stdout
     assert result.stdout.startswith('user.py:4: error: Incompatible types in assignment (expression has type '
                                     '"float | None", variable has type "float")'), result.stdout
 
 
 def test_wheel_ships_the_templates(tmp_path):
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w",
-                    str(tmp_path), str(ROOT)], check=True, capture_output=True, timeout=300)
+    processes.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w",
+                    str(tmp_path), str(ROOT)], check=True, capture_output=True)
     names = zipfile.ZipFile(next(tmp_path.glob("orsgen-*.whl"))).namelist()
     templates = sorted(p.name for p in (ROOT / "templates").glob("*.jinja"))
     assert sorted(n.removeprefix("orsgen/templates/") for n in names if n.startswith("orsgen/templates/")) == templates
@@ -189,7 +188,7 @@ def test_cli_without_the_generator_extra_says_so():
     """`pip install orsgen` is the run time: the CLI then names the extra in one line (black hidden here)."""
     code = ("import sys, runpy; sys.modules['black'] = None; sys.argv = ['orsgen', 'x']; "
             "runpy.run_module('orsgen', run_name='__main__')")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=60)
+    result = processes.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 2
     assert result.stderr == ('orsgen: error: the generator needs black: pip install "orsgen[generator]" (a training '
                              "image needs only the run time)\n")
@@ -204,7 +203,7 @@ def test_one_max_tool_calling_iterations_everywhere():
 
 
 def test_quickstart_runs_from_the_clone_without_sys_path():
-    result = subprocess.run([sys.executable, "-m", "examples.quickstart", "--help"], cwd=ROOT, capture_output=True,
-                            text=True, check=False, timeout=60, env={k: v for k, v in os.environ.items()
+    result = processes.run([sys.executable, "-m", "examples.quickstart", "--help"], cwd=ROOT, capture_output=True,
+                           text=True, env={k: v for k, v in os.environ.items()
                                                                      if k != "PYTHONPATH"})
     assert result.returncode == 0 and "one GRPO step" in result.stdout, result.stderr

@@ -3,7 +3,6 @@ data and look-ahead the batch's last reset opens the next step's (runtime/ahead.
 when each `/create` arrived and when it was answered."""
 
 import itertools
-import subprocess
 import sys
 import time
 from typing import ClassVar
@@ -11,12 +10,12 @@ from typing import ClassVar
 import pytest
 from orsgen.runtime import episode_of
 
-from tests.harness import ROOT, servers
+from tests.harness import ROOT, processes, servers
 from tests.harness.generation import in_process, load
 from tests.harness.open_ahead import GROUP, train
 from tests.harness.servers import settle
 
-pytestmark = pytest.mark.trainer  # trains or runs TRL code: also under the oldest TRL (.ci/trl-oldest)
+pytestmark = pytest.mark.trainer  # trains or runs TRL code: under the newest TRL (make test)
 
 
 @pytest.fixture(scope="module")
@@ -182,8 +181,7 @@ def test_sessions_opened_ahead_are_closed_when_training_crashes_and_the_process_
     before = len(server.creates())
     out = str(tmp_path / "out")
     script = CRASH.format(path=mod.__file__, ending=ENDINGS[ending].format(out=out))
-    run = subprocess.run([sys.executable, "-c", script], cwd=ROOT, check=False, capture_output=True, text=True,
-                         timeout=600)
+    run = processes.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True)
     if ending != "caught":
         assert run.returncode == 1 and "RuntimeError: training crashed" in run.stderr, run.stderr[-3000:]
     else:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness import ROOT, servers
+from tests.harness import ROOT, processes, servers
 
 LOCAL = ROOT / "examples" / "pre-commit-config.yaml"
 PINNED = ROOT / "examples" / "pre-commit-config-pinned.yaml"
@@ -33,7 +33,7 @@ def project(folder: Path, url: str, config: str, env: dict[str, str]) -> Path:
 
 
 def run(folder: Path, env: dict[str, str], *argv: str) -> subprocess.CompletedProcess:
-    return subprocess.run(argv, cwd=folder, env=env, capture_output=True, text=True, timeout=600, check=False)
+    return processes.run(argv, cwd=folder, env=env, capture_output=True, text=True)
 
 
 def environment(tmp_path: Path, **extra: str) -> dict[str, str]:
@@ -103,8 +103,8 @@ def test_local_config(tmp_path):
 def test_pinned_config(tmp_path):
     """`repo:` this clone at its HEAD commit: pre-commit installs orsgen into its own environment from
     .pre-commit-hooks.yaml (the runtime, jinja2 and black), and neither this venv's orsgen nor PYTHONPATH is seen."""
-    sha = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True,
-                         check=True).stdout.strip()
+    sha = processes.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True,
+                        check=True).stdout.strip()
     config = PINNED.read_text()
     assert config.count("URL-OF-THE-ORSGEN-REPOSITORY") == 1 and config.count("FULL-COMMIT-SHA") == 1
     config = config.replace("URL-OF-THE-ORSGEN-REPOSITORY", ROOT.as_uri()).replace("FULL-COMMIT-SHA", sha)

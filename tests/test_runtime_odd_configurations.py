@@ -15,10 +15,12 @@ COUNTING = {"ORSGEN_COUNT_REQUESTS": "1"}
 
 
 @pytest.fixture(autouse=True)
-def _close_what_a_test_left_open():
+def _close_what_a_test_left_open(monkeypatch):
     yield
     from orsgen.runtime import close_all
 
+    # the test's server is stopped by now: what is still open there is not waited for past a second
+    monkeypatch.setenv("ORSGEN_CLOSE_TIMEOUT", "1")
     close_all()
 
 

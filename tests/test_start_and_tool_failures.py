@@ -16,6 +16,7 @@ from orsgen.runtime import episode_of
 
 from tests.harness import servers
 from tests.harness.generation import in_process, load, served
+from tests.harness.processes import wait_until
 from tests.harness.servers import settle
 
 COUNTING = {"ORSGEN_COUNT_REQUESTS": "1"}
@@ -137,10 +138,9 @@ def test_a_tool_that_raised_ends_the_episode_and_later_calls_say_the_session_end
     assert "sid" not in text and sid not in text and "\n" not in text, text
     assert env.finished
 
-    deadline = time.monotonic() + 5  # the SDK ends the session on the server itself, at once
-    while not [e for e in server.log() if e["request"] == "POST /delete" and e["session"] == sid]:
-        assert time.monotonic() < deadline, "the session the tool ended was never deleted"
-        time.sleep(0.05)
+    # the SDK ends the session on the server itself
+    wait_until(lambda: [e for e in server.log() if e["request"] == "POST /delete" and e["session"] == sid],
+               waiting_for="the session the tool ended to be deleted")
     calls = sum(e["request"] == "POST /brittle/call" for e in server.log())
     with pytest.raises(mod.ToolError) as later:
         env.score()
@@ -194,6 +194,7 @@ def storm(cls, threads: int, stop: threading.Event) -> tuple[list[threading.Thre
     return pool, seen
 
 
+@pytest.mark.slow  # an outage of seconds, ridden out or judged by down_after
 @pytest.mark.parametrize("outage", ["short", "long"])
 def test_an_outage_shorter_than_down_after_ends_nothing_and_a_longer_one_stops_in_one_line(tmp_path, outage):
     """32 threads resetting (AsyncGRPOTrainer's rollout pool), the server killed and restarted on its port. The SDK
@@ -204,7 +205,7 @@ def test_an_outage_shorter_than_down_after_ends_nothing_and_a_longer_one_stops_i
     out = tmp_path / "storm.py"
     assert in_process(server.url, "-o", str(out)).returncode == 0
     mod = load(out)
-    window = 12.0 if outage == "short" else 2.0
+    window = 30.0 if outage == "short" else 2.0  # short: far longer than the outage, whatever the machine's load
 
     class Pooled(mod.Brittle):
         start_retries, down_after = 0, window
@@ -212,21 +213,18 @@ def test_an_outage_shorter_than_down_after_ends_nothing_and_a_longer_one_stops_i
     stop = threading.Event()
     pool, seen = storm(Pooled, 32, stop)
     try:
-        deadline = time.monotonic() + 60
-        while sum(what == "scored" for _, what in seen) < 64:  # every thread is past its first episode
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        wait_until(lambda: sum(what == "scored" for _, what in seen) >= 64,  # every thread is past its first episode
+                   waiting_for="two scored episodes per thread")
         killed = time.monotonic()
         server.kill()
         if outage == "short":
-            time.sleep(5.0)
+            time.sleep(5.0)  # the outage itself: past what the SDK rides out, short of down_after
             server = servers.start("tests.envs.brittle:Brittle", port=port, env=COUNTING)
             back = time.monotonic()
-            time.sleep(2.0)
+            wait_until(lambda: [what for at, what in seen if at > back].count("scored") >= 32,
+                       waiting_for="episodes scored on the restarted server")
         else:
-            deadline = time.monotonic() + 30
-            while any(t.is_alive() for t in pool) and time.monotonic() < deadline:
-                time.sleep(0.1)
+            wait_until(lambda: not any(t.is_alive() for t in pool), waiting_for="every thread to stop")
     finally:
         stop.set()
         for thread in pool:
@@ -239,8 +237,8 @@ def test_an_outage_shorter_than_down_after_ends_nothing_and_a_longer_one_stops_i
         try:
             assert stopped == [], stopped[:1]  # nothing ended: no thread raised
             assert len(failed) > Pooled.max_start_failures  # starts failed in the outage, by the dozen
-            assert back - killed < window
-            assert [what for at, what in seen if at > back + 1.0].count("scored") >= 32  # the threads went on
+            assert back - killed < window  # the premise: the outage was shorter than down_after
+            assert [what for at, what in seen if at > back].count("scored") >= 32  # the threads went on
             assert sum(c["status"] == 200 for c in server.creates()) >= 32  # on the restarted server
             assert server.open_sessions() == []  # and nothing was left open there
         finally:

@@ -5,7 +5,7 @@ import re
 import pytest
 
 from examples import tiny
-from tests.harness import records, servers, trainers
+from tests.harness import processes, records, servers, trainers
 from tests.harness.generation import in_process
 from tests.harness.trainers import recording, tool_methods
 
@@ -115,16 +115,15 @@ def test_grpo_with_environment_owned_data(echo_server, generate, tmp_path):
 def test_two_worker_processes_train_with_their_own_adapter_pools(tmp_path):
     """What `accelerate launch` does on several GPUs, on CPU: torchrun starts 2 DDP workers (gloo); each imports
     the generated module and builds its own pool. (`accelerate launch --cpu` runs one process without MPI.)"""
-    import subprocess
     import sys
 
     with servers.running("examples.echo:Echo", env={"ORSGEN_COUNT_REQUESTS": "1"}) as server:
         module = tmp_path / "echo_workers.py"
         assert in_process(server.url, "-o", str(module)).returncode == 0
-        run = subprocess.run(
+        run = processes.run(
             [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
              "--master_port", str(servers.free_port()), "-m", "tests.harness.distributed", str(module), str(tmp_path / "out")],
-            check=False, capture_output=True, text=True, timeout=600,
+            capture_output=True, text=True,
         )
         assert run.returncode == 0, run.stderr[-3000:]
         reports = sorted(records(run.stdout, "rank"),

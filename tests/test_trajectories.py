@@ -8,15 +8,15 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections import Counter
 
 import pytest
 
 from examples import tiny
 from examples.tiny import tool_methods
-from tests.harness import ROOT, metered, servers, trainers
+from tests.harness import ROOT, metered, processes, servers, trainers
 from tests.harness.generation import load, orsgen
+from tests.harness.processes import wait_until
 from tests.harness.rollout_standin import standin
 
 pytestmark = pytest.mark.trainer
@@ -147,11 +147,10 @@ def test_two_ranks_write_disjoint_files_that_add_up_to_what_the_server_saw(modul
     server, _ = module
     path = tmp_path / "metered.py"
     directory = tmp_path / "traj"
-    run = subprocess.run(
+    run = processes.run(
         [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
          "--master_port", str(servers.free_port()), "-m", "tests.harness.metered", str(path), str(tmp_path / "out"),
-         server.url, str(directory)],
-        check=False, capture_output=True, text=True, timeout=900,
+         server.url, str(directory)], capture_output=True, text=True, timeout=900,
     )
     assert run.returncode == 0, run.stderr[-3000:]
     assert sorted(p.name for p in directory.iterdir()) == ["trajectories-rank0.jsonl", "trajectories-rank1.jsonl"]
@@ -174,22 +173,16 @@ def test_sigint_mid_run_leaves_a_file_of_whole_records(echo_module, tmp_path):
     before the signal is still there."""
     directory = tmp_path / "traj"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "codegen"), str(ROOT)])}
-    proc = subprocess.Popen([sys.executable, "-m", "tests.harness.trajectory_run", str(echo_module),
-                             str(tmp_path / "out"), str(directory)], cwd=ROOT, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     file = directory / "trajectories-rank0.jsonl"
-    deadline = time.monotonic() + 300
-    try:
-        while not (file.exists() and file.read_text().count("\n") >= 8):
-            assert proc.poll() is None, proc.stderr.read()[-3000:] if proc.stderr else ""
-            assert time.monotonic() < deadline, "no records within 300 s"
-            time.sleep(0.1)
+    with processes.started([sys.executable, "-m", "tests.harness.trajectory_run", str(echo_module),
+                            str(tmp_path / "out"), str(directory)], cwd=ROOT, env=env,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) as proc:
+        wait_until(lambda: proc.poll() is not None or (file.exists() and file.read_text().count("\n") >= 8),
+                   timeout=600, waiting_for="eight records")
+        assert proc.poll() is None, proc.stderr.read()[-3000:] if proc.stderr else ""
         before = file.read_text().count("\n")
         proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+        _, err = proc.communicate()
     assert proc.returncode != 0 and "KeyboardInterrupt" in err
     text = file.read_text()
     assert text.endswith("\n")

@@ -4,14 +4,13 @@ cleaning up."""
 
 import json
 import os
-import subprocess
 import sys
 import textwrap
 
 import pytest
 from orsgen.runtime import Recorder
 
-from tests.harness import ROOT
+from tests.harness import ROOT, processes
 from tests.harness.generation import load, orsgen
 
 KEY = "canary-api-key-0d9c2e"
@@ -91,7 +90,7 @@ def test_a_full_disk_warns_once_counts_what_it_dropped_and_training_goes_on(echo
     directory = tmp_path / "traj"
     script = SCRIPT.format(codegen=str(ROOT / "codegen"), root=str(ROOT), module=str(echo_path),
                            directory=str(directory))
-    run = subprocess.run([sys.executable, "-c", script], check=False, capture_output=True, text=True, timeout=120, cwd=ROOT)
+    run = processes.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT)
     assert run.returncode == 0, run.stderr[-3000:]
     written, dropped = map(int, run.stdout.split())
     assert written + dropped == 6 and dropped > 0 and written > 0
@@ -116,8 +115,8 @@ def test_the_variable_alone_records_a_process_that_exits_without_cleanup(echo_pa
         print(env.get_reward())
     """)
     variable = json.dumps({"dir": str(directory), "owner": 1, "run": "parent-run"})  # another process made it
-    run = subprocess.run([sys.executable, "-c", script], check=False, capture_output=True, text=True, timeout=120, cwd=ROOT,
-                         env={**os.environ, "ORSGEN_TRAJECTORIES": variable})
+    run = processes.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT,
+                        env={**os.environ, "ORSGEN_TRAJECTORIES": variable})
     assert run.returncode == 0, run.stderr[-3000:]
     (file,) = directory.iterdir()
     assert file.name.startswith("trajectories-rank0-pid") and file.name.endswith(".jsonl")
@@ -127,8 +126,8 @@ def test_the_variable_alone_records_a_process_that_exits_without_cleanup(echo_pa
 
 
 def test_a_bad_variable_is_one_line(tmp_path):
-    run = subprocess.run([sys.executable, "-c", "import orsgen.runtime"], check=False, capture_output=True,
-                         text=True, timeout=60, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT / "codegen"),
+    run = processes.run([sys.executable, "-c", "import orsgen.runtime"], capture_output=True,
+                        text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT / "codegen"),
                                                     "ORSGEN_TRAJECTORIES": "{not json"})
     assert run.returncode != 0
     assert "ORSGEN_TRAJECTORIES='{not json': a directory to write trajectory records to" in run.stderr

@@ -8,7 +8,6 @@ is seen."""
 import json
 import logging
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -18,34 +17,12 @@ import pytest
 from orsgen.runtime import upload
 from orsgen.runtime.upload import Uploader
 
-from tests.harness import ROOT
-from tests.harness.rollout_standin import standin
+from tests.harness import ROOT, processes
+from tests.harness.processes import wait_until
+from tests.harness.rollout_standin import record, standin
 
 CANARY = "canary-30-upload-not-for-bodies"
 RUN_INFO = {"model_name": "tiny", "framework_version": "1.16.0", "run_type": "train"}
-
-
-def record(**over):
-    base = {
-        "schema": "orsgen.trajectory/1", "run": "r", "step": 2, "rank": 0, "stream": "train",
-        "environment": "Owner/Echo", "adapter": "Echo", "split": "train", "task_index": 3,
-        "task_spec": {"id": "t3", "target": "apple"},
-        "prompt": [{"role": "system", "content": "Use the tools."},
-                   {"role": "user", "content": [{"type": "text", "text": "Echo the word apple"}]}],
-        "completion": [
-            {"role": "assistant", "content": "Calling echo.",
-             "tool_calls": [{"type": "function", "function": {"name": "hint", "arguments": {}}},
-                            {"type": "function", "function": {"name": "echo", "arguments": {"word": "apple"}}}]},
-            {"role": "tool", "name": "hint", "content": "a fruit"},
-            {"role": "tool", "name": "echo", "content": "right"},
-            {"role": "assistant", "content": "Done."}],
-        "tool_calls": [{"name": "hint", "arguments": {}, "result": "a fruit", "error": None, "seconds": 0.01,
-                        "reward": None, "finished": False},
-                       {"name": "echo", "arguments": {"word": "apple"}, "result": "right", "error": None,
-                        "seconds": 0.02, "reward": 1.0, "finished": True}],
-        "reward": 1.0, "scored": True, "unscored_reason": None, "finished": True, "start_error": None,
-        "seconds": {"reset": 0.05, "tools": 0.03, "episode": 1.25}, "ended_at": "2026-12-02T07:30:00.123Z"}
-    return {**base, **over}
 
 
 def shape(rollout):
@@ -133,9 +110,7 @@ def test_after_a_failed_start_episodes_wait_and_one_tries_again(monkeypatch, cap
         up = Uploader(run_name="run-30", run_info=RUN_INFO)
         for n in range(4):
             up.put(record(task_index=n, environment="echo"))
-        deadline = time.monotonic() + 30
-        while up.failed == 0 and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until(lambda: up.failed, waiting_for="the refused start")
         tried = [s for s in server.requests() if s.path == "/v1/rollouts"]
         assert (up.failed, up.sent, len(tried)) == (1, 0, 1)
         server.mode = "ok"
@@ -150,17 +125,11 @@ def test_a_full_queue_drops_and_counts_and_put_never_waits(monkeypatch, caplog):
     with standin("hang") as server:
         monkeypatch.setenv("OPENREWARD_API_URL", server.url)
         up = Uploader(run_name="run-30", run_info=RUN_INFO, max_queued=5)
-        began = time.perf_counter()
-        for n in range(20):
+        for n in range(20):  # the server never answers: put returns all the same, dropping what does not fit
             up.put(record(task_index=n, environment="echo"))
-        took = time.perf_counter() - began
         assert up.dropped >= 14  # 5 queued, at most one taken by a sender
-        began = time.perf_counter()
-        up.close(timeout=1.0)
-        closing = time.perf_counter() - began
+        up.close(timeout=1.0)  # returns though the server never answers: it gives the queue up
         up.put(record())  # after close: dropped, not queued
-    assert took < 0.05, f"20 puts took {took * 1000:.1f} ms"
-    assert closing < 1.5
     assert (up.sent, up.failed, up.dropped) == (0, 0, 21)
     assert len(orsgen_warnings(caplog)) == 1  # the queue full; the give-up at close is not said again
 
@@ -196,18 +165,17 @@ def test_flush_waits_for_what_was_put_and_leaves_the_uploader_open(monkeypatch):
 EXIT = r"""
 import atexit, os, sys, time
 from orsgen.runtime.upload import Uploader
-from tests.test_upload import record
+from tests.harness.processes import wait_until
+from tests.harness.rollout_standin import record
 
 def late():  # registered first, so run last: as a recorder made before the upload closes it at exit
-    began = time.perf_counter()
-    up.close(timeout=10)
-    print("LATE " + f"{time.perf_counter() - began:.3f} {up.sent} {up.dropped} {up.failed}", flush=True)
+    up.close(timeout=3600)  # it returns at once: were it to wait, the exit would hang (the test's hang guard)
+    print("LATE " + f"{up.sent} {up.dropped} {up.failed}", flush=True)
 
 atexit.register(late)
 up = Uploader(run_name="run-30", run_info={"model_name": "tiny"})
 up.put(record(task_index=0))
-while up.sent == 0:
-    time.sleep(0.05)
+wait_until(lambda: up.sent, waiting_for="the first episode sent")
 for n in range(1, 6):
     up.put(record(task_index=n))
 """
@@ -219,17 +187,12 @@ def test_at_exit_what_is_queued_is_sent_and_a_later_close_does_not_wait():
     with standin() as server:
         env = {**os.environ, "OPENREWARD_API_URL": server.url,
                "PYTHONPATH": os.pathsep.join([str(ROOT / "codegen"), str(ROOT)])}
-        began = time.monotonic()
-        done = subprocess.run([sys.executable, "-c", EXIT], capture_output=True, text=True, env=env, cwd=ROOT,
-                              timeout=120, check=False)
-        wall = time.monotonic() - began
+        done = processes.run([sys.executable, "-c", EXIT], capture_output=True, text=True, env=env, cwd=ROOT)
         starts = sorted(r["metadata"]["task_index"] for r in server.rollouts())
     assert done.returncode == 0, done.stderr
-    seconds, sent, dropped, failed = done.stdout.split("LATE ")[1].split()
+    sent, dropped, failed = done.stdout.split("LATE ")[1].split()
     assert (int(sent), int(dropped), int(failed)) == (6, 0, 0)
-    assert float(seconds) < 0.5
     assert starts == [0, 1, 2, 3, 4, 5]
-    assert wall < 30
     assert "Task was destroyed" not in done.stderr and "never awaited" not in done.stderr, done.stderr
 
 
@@ -238,9 +201,9 @@ def test_at_exit_what_is_queued_is_sent_and_a_later_close_does_not_wait():
 SCRIPT = r"""
 import json, logging, os, sys, time
 logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(name)s %(levelname)s %(message)s")
-from tests.harness.rollout_standin import Standin, free_port
+from tests.harness.processes import wait_until
+from tests.harness.rollout_standin import Standin, free_port, record
 from orsgen.runtime.upload import Uploader
-from tests.test_upload import record
 
 mode, timeout, wait = sys.argv[1], float(sys.argv[2]), sys.argv[3] == "wait"
 server = Standin(mode).start() if mode != "down" else None
@@ -248,22 +211,18 @@ os.environ["OPENREWARD_API_URL"] = server.url if server else f"http://127.0.0.1:
 imported = "openreward" in sys.modules
 up = Uploader(run_name="run-30", run_info={"model_name": "tiny"})
 secret = os.environ["OPENREWARD_API_KEY"]
-began = time.perf_counter()
 for n in range(100):
     up.put(record(task_index=n, environment="echo", task_spec={"token": secret},
                   tool_calls=[{"name": "echo", "arguments": {}, "result": "key " + secret}], completion=None))
-put = time.perf_counter() - began
-while wait and not server.requests() and time.perf_counter() - began < 60:  # the SDK imported, an episode sent
-    time.sleep(0.05)
-began = time.perf_counter()
+if wait:  # the SDK imported, an episode sent
+    wait_until(lambda: server.requests(), waiting_for="the server to see a request")
 up.close(timeout=timeout)
-close = time.perf_counter() - began
 seen = [{"method": s.method, "path": s.path, "headers": s.headers, "text": s.text, "status": s.status}
         for s in (server.requests() if server else [])]
 if server:
     server.stop()
 with open(sys.argv[4], "w") as out:  # not stdout: the SDK's threads print there, a line may be cut into
-    json.dump({"put": put, "close": close, "sent": up.sent, "dropped": up.dropped, "failed": up.failed,
+    json.dump({"sent": up.sent, "dropped": up.dropped, "failed": up.failed,
                "imported": imported, "seen": seen}, out)
 """
 
@@ -273,15 +232,14 @@ def run(mode: str, timeout: float, wait: bool = False):
                                                                                          str(ROOT)])}
     with tempfile.TemporaryDirectory() as folder:
         out = Path(folder) / "result.json"
-        began = time.monotonic()
         argv = [sys.executable, "-c", SCRIPT, mode, str(timeout), "wait" if wait else "now", str(out)]
-        done = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=ROOT, timeout=120, check=False)
-        wall = time.monotonic() - began
+        done = processes.run(argv, capture_output=True, text=True, env=env, cwd=ROOT)
         assert done.returncode == 0, done.stderr
         assert out.exists(), done.stdout + done.stderr
-        return json.loads(out.read_text()), done.stdout, done.stderr, wall
+        return json.loads(out.read_text()), done.stdout, done.stderr
 
 
+@pytest.mark.slow  # a fresh interpreter per failure, the SDK imported and retrying in each
 @pytest.mark.parametrize(("mode", "timeout", "wait", "counted"), [
     ("down", 8.0, False, "failed"),  # nothing listens: refused at once
     ("refuse", 8.0, False, "failed"),  # 401, not retried
@@ -290,11 +248,12 @@ def run(mode: str, timeout: float, wait: bool = False):
     ("hang", 2.0, True, "dropped"),  # no answer: given up
 ])
 def test_a_failing_server_never_blocks_put_or_close_and_is_said_once(mode, timeout, wait, counted):
-    """`wait`: close once the server has seen the first request (the SDK imported), not at once."""
-    result, stdout, stderr, wall = run(mode, timeout, wait)
+    """`wait`: close once the server has seen the first request (the SDK imported), not at once. That put and close
+    never block is shown by what happened, not by a time: the 100 puts were done before the SDK was even imported
+    (the network is the uploader's thread's); close gave up at its timeout where the server hangs or retries run
+    longer (the episodes dropped, not failed), and the process exited with a request still hanging."""
+    result, stdout, stderr = run(mode, timeout, wait)
     assert result["imported"] is False  # the SDK's 4-5 s import happens on the uploader's thread, after the puts
-    assert result["put"] < 0.05, f"100 puts took {result['put'] * 1000:.1f} ms"
-    assert result["close"] < timeout + 0.5
     assert result["sent"] == 0 and result[counted] == 100
     starts = [s for s in result["seen"] if s["path"] == "/v1/rollouts"]
     # one episode tried, the others waited: a 500 is its start and the SDK's 4 retries (0.5 s, then 1, 2, 4 s apart)
@@ -305,12 +264,11 @@ def test_a_failing_server_never_blocks_put_or_close_and_is_said_once(mode, timeo
     assert "OpenReward runs page" in warnings[0]
     sdk = [x for x in stdout.splitlines() if "failed to start rollout" in x]
     assert len(sdk) == 1 if counted == "failed" else len(sdk) <= 1, stdout  # the SDK's own line: once, not per episode
-    assert wall < timeout + 15  # the exit waits for no hanging request (the SDK's import included)
     assert CANARY not in stdout + stderr
 
 
 def test_the_api_key_goes_in_its_header_and_nowhere_else():
-    result, stdout, stderr, _ = run("ok", 30.0)
+    result, stdout, stderr = run("ok", 30.0)
     assert (result["sent"], result["dropped"], result["failed"]) == (100, 0, 0)
     posts = [s for s in result["seen"] if s["method"] == "POST"]
     assert len(posts) > 100  # every start, then the messages in batches

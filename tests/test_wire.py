@@ -3,13 +3,12 @@ same Server, and generating from a live URL never imports the SDK (whose package
 
 import asyncio
 import os
-import subprocess
 import sys
 
 import pytest
 from orsgen import normalize, wire
 
-from tests.harness import ROOT, servers
+from tests.harness import ROOT, processes, servers
 from tests.harness.generation import in_process
 
 
@@ -61,9 +60,9 @@ def test_a_catalog_target_is_generated_without_the_sdk_and_runs(quest, tmp_path)
     segment: bare paths, the deployment's default environment, as the SDK's `environments.get(name)` sends them."""
     out = tmp_path / "catalog.py"
     env = {**os.environ, "OPENREWARD_API_KEY": "k", "OPENREWARD_SESSION_URL": quest.url}
-    run = subprocess.run([sys.executable, "-X", "importtime", "-m", "orsgen", "someone/quest", "--task-tools-from",
-                          "all", "--pin-tasks", "-o", str(out)], check=False, capture_output=True, text=True,
-                         cwd=ROOT, env=env, timeout=120)
+    run = processes.run([sys.executable, "-X", "importtime", "-m", "orsgen", "someone/quest", "--task-tools-from",
+                          "all", "--pin-tasks", "-o", str(out)], capture_output=True, text=True,
+                        cwd=ROOT, env=env)
     assert run.returncode == 0, run.stderr[-2000:]
     assert "import time:" in run.stderr and "openreward" not in run.stderr
     assert "class Quest, 1 tools (guess); class QuestWithHint adds hint" in run.stdout
@@ -71,8 +70,8 @@ def test_a_catalog_target_is_generated_without_the_sdk_and_runs(quest, tmp_path)
               "assert (catalog.URL, catalog.DEPLOYMENT, catalog.ENV) == (None, 'someone/quest', None); "
               "env = catalog.QuestWithHint(); print(env.reset(task_index=3)); print(env.hint(level=2)); "
               "print(len(catalog.dataset())); catalog.close_all()")
-    used = subprocess.run([sys.executable, "-c", script, str(tmp_path)], check=False, capture_output=True, text=True,
-                          cwd=ROOT, env=env, timeout=120)
+    used = processes.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True,
+                         cwd=ROOT, env=env)
     assert used.stdout.splitlines() == ["Guess the word (5 letters)", "co", "6"], used.stderr[-2000:]
 
 
@@ -83,8 +82,8 @@ def test_live_generation_does_not_import_the_sdk(quest, tmp_path, options):
     if "--check" in options:
         assert in_process(quest.url, "-o", str(out), cwd=ROOT).returncode == 0  # what is checked: the next run
     argv = [a.format(out=out) for a in options]
-    run = subprocess.run([sys.executable, "-X", "importtime", "-m", "orsgen", quest.url, *argv], check=False,
-                         capture_output=True, text=True, cwd=ROOT, timeout=120)
+    run = processes.run([sys.executable, "-X", "importtime", "-m", "orsgen", quest.url, *argv],
+                        capture_output=True, text=True, cwd=ROOT)
     assert run.returncode == 0, run.stderr[-2000:]
     imported = {line.rsplit("|", 1)[-1].strip().split(".")[0] for line in run.stderr.splitlines()
                 if line.startswith("import time:")}

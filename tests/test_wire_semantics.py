@@ -10,7 +10,6 @@ import json
 import math
 import os
 import threading
-import time
 
 import pytest
 
@@ -46,13 +45,11 @@ def test_a_cold_deployment_is_ridden_out_by_generation_and_check(upstream, tmp_p
     three attempts, about 2 s); generation and `--check` wait it out and succeed, the stub saw the retries."""
     out = tmp_path / "quest.py"
     with stub(upstream.url, starting(3.0, retry_after="1")) as cold:
-        started = time.monotonic()
         run = in_process(TARGET, "-o", str(out), env=catalog(cold.url, **REAL), cwd=ROOT)
-        assert run.returncode == 0, run.stderr
-        assert time.monotonic() - started >= 3.0
+        assert run.returncode == 0, run.stderr  # after the 3 s the stub refuses for
         refused = [s for s in cold.seen if s.status == 503]
         assert len(refused) >= 3 and {s.path for s in refused} == {"/create_session"}
-        assert refused[-1].at - refused[0].at >= 2.0  # ridden out, about a second apart
+        assert refused[-1].at - refused[0].at >= 2.0  # ridden out, about a second apart (a lower bound: the waits)
     with stub(upstream.url, starting(3.0, retry_after="1")) as cold:
         check = in_process(TARGET, "--check", "-o", str(out), env=catalog(cold.url, **REAL), cwd=ROOT)
         assert check.returncode == 0, check.stdout + check.stderr
@@ -66,14 +63,12 @@ def test_a_deployment_starting_past_the_budget_is_one_line_and_exit_2(upstream, 
     budget = {"ORSGEN_WIRE_STARTING_BUDGET": "1", **FAST}
     for argv in ([TARGET, "-o", str(out)], [TARGET, "--check", "-o", str(out)]):
         with stub(upstream.url, starting(math.inf)) as stuck:
-            started = time.monotonic()
             run = in_process(*argv, env=catalog(stuck.url, **budget), cwd=ROOT)
-            waited = time.monotonic() - started
         assert run.returncode == 2, (argv, run.stdout, run.stderr)
         line = one_line(run.stderr)
         assert "still starting after 1 s" in line, line
         assert "ORSGEN_WIRE_STARTING_BUDGET" in line and "HTTP 503" in line
-        assert 1 <= waited < 5 and len(stuck.seen) > 3
+        assert len(stuck.seen) > 3  # it asked again and again, then gave up at its budget (the line says so)
 
 
 def test_a_body_cut_off_mid_answer_is_retried(upstream, tmp_path):

@@ -1,8 +1,12 @@
 """TRL's AsyncGRPO rollout worker run in a thread of this process (`run_worker`): the body of AsyncRolloutWorker's
-spawned child as is, so a test reads its rollout buffer, its loop and what it raised."""
+spawned child as is, so a test reads its rollout buffer, its loop and what it raised. And what the AsyncGRPO tests
+share (tests/test_async_grpo.py, test_async_grpo_parity.py): the quiz's questions, `instrumented` adapters that log
+every reset, tool call and reward, and the rollout buffer's samples by group."""
 
+import asyncio
 import contextlib
 import inspect
+import itertools
 import math
 import multiprocessing as mp
 import os
@@ -11,7 +15,9 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, ClassVar
+
+from orsgen.runtime import episode_of
 
 
 class Run:
@@ -204,3 +210,77 @@ def dies_with_its_stop_watcher_waiting(event: Any) -> None:
     _spawn_stop_watcher(SimpleNamespace(_loop=closed, _stop_event=None), event)
     time.sleep(0.5)  # the watcher is waiting
     raise SystemExit(1)
+
+
+# -- what the AsyncGRPO tests share ---------------------------------------------------------------------------
+
+QUESTIONS = {0: ("What is 2+2?", "4"), 1: ("Capital of France?", "Paris"), 2: ("3*3?", "9")}  # tests/envs/quiz.py
+
+def instrumented(adapter_class: type, **class_attributes: Any) -> type:
+    """A subclass that records, per episode, the reset (thread, row, task), every tool call (thread, event loop, start
+    and end), and get_reward(). Only underscore members and the two TRL-reserved names are touched, so the tools TRL
+    finds on it are exactly the generated ones."""
+
+    class Instrumented(adapter_class):  # type: ignore[misc, valid-type]
+        events: ClassVar[list[dict[str, Any]]] = []
+        _lock: ClassVar[threading.Lock] = threading.Lock()
+        _episodes: ClassVar[Any] = itertools.count()
+        _episode: int = -1
+
+        def _log(self, **event: Any) -> None:
+            with self._lock:
+                self.events.append({"adapter": id(self), "episode": self._episode,
+                                    "thread": threading.current_thread().name, **event})
+
+        def reset(self, **row: Any) -> Any:
+            started = time.monotonic()
+            self._episode = next(self._episodes)
+            try:
+                prompt = super().reset(**row)
+            except BaseException as exc:
+                self._log(kind="reset", row_task=row.get("task_index"), error=exc, start=started, end=time.monotonic())
+                raise
+            self._log(kind="reset", row_task=row.get("task_index"), task_index=self.task_index, prompt=prompt,
+                      start=started, end=time.monotonic())
+            return prompt
+
+        async def _acall(self, name: str, arguments: dict[str, Any]) -> Any:
+            started = time.monotonic()
+            loop = asyncio.get_running_loop()
+            try:
+                result = await super()._acall(name, arguments)
+            except Exception as exc:
+                self._log(kind="tool", name=name, arguments=arguments, loop=loop, error=str(exc), start=started,
+                          end=time.monotonic(), task_index=self.task_index)
+                raise
+            self._log(kind="tool", name=name, arguments=arguments, loop=loop, result=result, start=started,
+                      end=time.monotonic(), task_index=self.task_index)
+            return result
+
+        def get_reward(self) -> float | None:
+            value = super().get_reward()
+            self._log(kind="reward", value=value, task_index=self.task_index, void=episode_of(self).why,
+                      mismatch=self.prompt_mismatch, at=time.monotonic())
+            return value
+
+    for key, value in class_attributes.items():
+        setattr(Instrumented, key, value)
+    Instrumented.__name__ = Instrumented.__qualname__ = class_attributes.get("__name__", adapter_class.__name__)
+    return Instrumented
+
+
+
+def groups(samples: list[Any]) -> dict[int, list[Any]]:
+    out: dict[int, list[Any]] = {}
+    for sample in samples:
+        out.setdefault(sample.group_id, []).append(sample)
+    return out
+
+
+def complete_groups(n_groups: int, per_group: int):
+    return lambda samples: all(len(groups(samples).get(g, [])) >= per_group for g in range(n_groups))
+
+
+def user_text(prompt_text: str) -> str:
+    """The last user message of a rendered prompt (tiny's chat format)."""
+    return prompt_text.rsplit("<|user|>", 1)[-1].split("<|eot|>", 1)[0]

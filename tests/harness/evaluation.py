@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from tests.harness import ROOT, servers
+from tests.harness import ROOT, processes, servers
 from tests.harness.chat_standin import Reply, first_user_text, tool_results
 
 
@@ -24,14 +24,16 @@ def environ(extra: dict[str, str] | None = None) -> dict[str, str]:
 
 
 def orsgen_eval(*args: str, cwd: Path, env: dict[str, str] | None = None,
-                timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "orsgen", "eval", *args], check=False, capture_output=True,
-                          text=True, cwd=cwd, env=environ(env), timeout=timeout)
+                timeout: float = processes.HANG) -> subprocess.CompletedProcess[str]:
+    """`orsgen eval ARGS` run to its end (`timeout`: a hang guard) in a process group of its own."""
+    return processes.run([sys.executable, "-m", "orsgen", "eval", *args], capture_output=True, text=True, cwd=cwd,
+                         env=environ(env), timeout=timeout)
 
 
 def popen(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "orsgen", "eval", *args], cwd=cwd, env=environ(env),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    """`orsgen eval ARGS` started in a process group of its own: stop it with `processes.stop`."""
+    return processes.popen([sys.executable, "-m", "orsgen", "eval", *args], cwd=cwd, env=environ(env),
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def records(folder: Path) -> list[dict[str, Any]]:

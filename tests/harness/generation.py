@@ -21,6 +21,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import NamedTuple
 
+from tests.harness import processes
+
 _count = itertools.count()
 
 
@@ -33,16 +35,9 @@ class Outcome(NamedTuple):
 
 
 def orsgen(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    """Run the installed CLI the way a user does."""
-    return subprocess.run(
-        [sys.executable, "-m", "orsgen", *args],
-        check=False,
-        capture_output=True,
-        text=True,
-        env={**os.environ, **(env or {})},
-        cwd=cwd,
-        timeout=120,
-    )
+    """Run the installed CLI the way a user does (in a process group of its own, killed if the test ends first)."""
+    return processes.run([sys.executable, "-m", "orsgen", *args], capture_output=True, text=True,
+                         env={**os.environ, **(env or {})}, cwd=cwd)
 
 
 def in_process(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> Outcome:

@@ -140,3 +140,27 @@ def standin(mode: str = "ok") -> Iterator[Standin]:
         yield running
     finally:
         running.stop()
+
+
+def record(**over: Any) -> dict[str, Any]:
+    """A trajectory record of the echo environment (one hint, one scored echo), with `over` replacing keys."""
+    base = {
+        "schema": "orsgen.trajectory/1", "run": "r", "step": 2, "rank": 0, "stream": "train",
+        "environment": "Owner/Echo", "adapter": "Echo", "split": "train", "task_index": 3,
+        "task_spec": {"id": "t3", "target": "apple"},
+        "prompt": [{"role": "system", "content": "Use the tools."},
+                   {"role": "user", "content": [{"type": "text", "text": "Echo the word apple"}]}],
+        "completion": [
+            {"role": "assistant", "content": "Calling echo.",
+             "tool_calls": [{"type": "function", "function": {"name": "hint", "arguments": {}}},
+                            {"type": "function", "function": {"name": "echo", "arguments": {"word": "apple"}}}]},
+            {"role": "tool", "name": "hint", "content": "a fruit"},
+            {"role": "tool", "name": "echo", "content": "right"},
+            {"role": "assistant", "content": "Done."}],
+        "tool_calls": [{"name": "hint", "arguments": {}, "result": "a fruit", "error": None, "seconds": 0.01,
+                        "reward": None, "finished": False},
+                       {"name": "echo", "arguments": {"word": "apple"}, "result": "right", "error": None,
+                        "seconds": 0.02, "reward": 1.0, "finished": True}],
+        "reward": 1.0, "scored": True, "unscored_reason": None, "finished": True, "start_error": None,
+        "seconds": {"reset": 0.05, "tools": 0.03, "episode": 1.25}, "ended_at": "2026-12-02T07:30:00.123Z"}
+    return {**base, **over}

@@ -4,6 +4,7 @@ a test asserts on what the server saw: `start()`/`running()` give a `Served` tha
 """
 
 import atexit
+import contextlib
 import json
 import os
 import signal
@@ -24,7 +25,8 @@ __all__ = ["HOST", "Counting", "Served", "free_port", "running", "settle", "star
 class Counting:
     """ASGI wrapper counting requests by "METHOD /path" and tracking open sessions (a 200 on /create opens one,
     /delete closes it). `GET /_requests` returns the counts and resets them; `GET /_sessions` the open ones;
-    `GET /_log` every request so far with its session and times, `GET /_headers` with its headers; `GET /_creates` every `POST /create` so far, in the order they arrived: {"session": X-Session-ID, "body": the
+    `GET /_log` every request so far with its session and times ("arrived", "answered": its answer began, "done":
+    its answer ended), `GET /_headers` with its headers; `GET /_creates` every `POST /create` so far, in the order they arrived: {"session": X-Session-ID, "body": the
     JSON body (it holds "split" and "index"), "status": the response status, "arrived"/"answered": the server's
     monotonic clock when the request came in and when its answer started}."""
 
@@ -58,7 +60,7 @@ class Counting:
         key = f"{scope['method']} {scope['path']}"
         self.counts[key] = self.counts.get(key, 0) + 1
         sid = dict(scope["headers"]).get(b"x-session-id", b"").decode()
-        logged = {"request": key, "session": sid, "arrived": time.monotonic(), "answered": None}
+        logged = {"request": key, "session": sid, "arrived": time.monotonic(), "answered": None, "done": None}
         self.log.append(logged)
         self.headers.append({"request": key, "headers": {k.decode("latin-1"): v.decode("latin-1")
                                                          for k, v in scope["headers"]}})
@@ -87,6 +89,8 @@ class Counting:
                         self.open.add(sid)
                     elif key == "POST /delete":
                         self.open.discard(sid)
+            if message["type"] == "http.response.body" and not message.get("more_body", False):
+                logged["done"] = time.monotonic()  # its last byte: a streamed tool result is whole
             await send(message)
 
         try:
@@ -133,6 +137,16 @@ class Served(serve.Running):
         """A process forked by the zygote (tests/harness/zygote.py), which imported the SDK and uvicorn once."""
         return _zygote().start(specs, port, env)
 
+    def stop(self) -> None:
+        """SIGTERM, then SIGKILL after 2 s: uvicorn's graceful shutdown waits for every request in flight, and a
+        test that leaves a tool sleeping on the server (a call abandoned at its timeout) is not about that wait."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.process.wait(timeout=2)
+        if self.process.poll() is None:
+            self.kill()
+
     def requests(self) -> dict[str, int]:
         """Requests received since the last call (the server must run with ORSGEN_COUNT_REQUESTS=1)."""
         with urllib.request.urlopen(f"{self.url}/_requests", timeout=5) as r:
@@ -150,8 +164,9 @@ class Served(serve.Running):
             return list(json.loads(r.read()))
 
     def log(self) -> list[dict[str, Any]]:
-        """Every request the server received, in order: {"request", "session", "arrived", "answered"} (monotonic
-        seconds; the server must run with ORSGEN_COUNT_REQUESTS=1)."""
+        """Every request the server received, in order: {"request", "session", "arrived", "answered", "done"} (the
+        server's monotonic clock when it came in, when its answer began and ended: for ordering events, never for
+        timing them; the server must run with ORSGEN_COUNT_REQUESTS=1)."""
         with urllib.request.urlopen(f"{self.url}/_log", timeout=5) as r:
             return list(json.loads(r.read()))
 

@@ -30,7 +30,6 @@ import contextlib
 import json
 import math
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -45,6 +44,7 @@ from typing import Any
 from examples import tiny
 from examples.echo import WORDS
 from examples.serve import HOST, free_port
+from tests.harness import processes
 
 __all__ = ["HOST", "MARKER", "Served", "build_info", "command", "echo_conversations", "echo_tools", "serving", "start",
            "tiny_model_dir"]
@@ -219,14 +219,8 @@ class Served:
         return self.log.read_text(errors="replace") if self.log.exists() else ""
 
     def stop(self) -> None:
-        """SIGTERM (uvicorn shuts down), then SIGKILL after 10 s."""
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        """SIGTERM (uvicorn shuts down), then SIGKILL after 10 s, to its whole process group."""
+        processes.stop(self.process)
 
 
 def command(model_dir: Path, port: int, *options: str) -> list[str]:
@@ -257,7 +251,7 @@ def start(model_dir: Path, *options: str, port: int | None = None, timeout: floa
         log = Path(name)
     cmd = command(Path(model), port, *options)
     with log.open("wb") as sink:
-        process = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=sink, stderr=subprocess.STDOUT,
+        process = processes.popen(cmd, stdin=subprocess.DEVNULL, stdout=sink, stderr=subprocess.STDOUT,
                                    env={**os.environ, **SERVER_ENV, **(env or {})})
     served = Served(f"http://{HOST}:{port}/v1", model, log, process, cmd)
     deadline = time.monotonic() + timeout
