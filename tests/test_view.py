@@ -111,23 +111,24 @@ def test_an_eval_runs_page_shows_its_summary_its_tasks_and_their_episodes(graded
     assert opened.value("#fig-mean-reward") == summary["reward"]["mean"]
     assert opened.value("#fig-pass-at-1") == p["at_1"] and opened.value("#fig-pass-at-k") == p["at_k"]
     assert opened.value("#fig-threshold") == p["threshold"] == 1.0 and opened.value("#fig-k") == p["k"] == K
+    assert opened.text("#fig-threshold .note") == "fixed when the run started"  # never "the highest reward seen"
     assert opened.value("#fig-unscored") == 4 and opened.text("#fig-unscored .note") == "not_started 4"
     assert opened.text("#fig-pass-at-1 .value") == f"{100 * p['at_1']:.1f}%"
     opened.page.screenshot(path=shots / "eval.png")
 
-    opened.page.click("#tab-tasks")
+    opened.click("#tab-tasks")
     rows = opened.rows("#task-table tbody tr")
     assert [r["data"]["task"] for r in rows] == [f"graded/train/{t['task_index']}" for t in summary["tasks"]]
     for row, task in zip(rows, summary["tasks"], strict=True):
         assert row["values"][6:9] == [task["pass_rate"], task["mean_reward"], task[f"pass_at_{K}"]]
         assert row["cells"][3:6] == [str(task["episodes"]), str(task["counted"]), str(task["passes"])]
     assert rows[5]["cells"][9] == str(K)  # task 5 never starts: its episodes are unscored
-    opened.page.click("#task-table th[data-key=pass_rate]")  # sorted by pass rate, highest first
+    opened.click("#task-table th[data-key=pass_rate]")  # sorted by pass rate, highest first
     rates = [r["values"][6] for r in opened.rows("#task-table tbody tr")]
     assert rates == sorted([t["pass_rate"] for t in summary["tasks"] if t["pass_rate"] is not None],
                            reverse=True) + [None]
 
-    opened.page.click("#tab-tools")
+    opened.click("#tab-tools")
     (answer,) = opened.rows("#tool-table tbody tr")
     turns = [t for r in records if r["unscored_reason"] != "not_started" for t in r["completion"] if t["role"] == "tool"]
     failed = [t for t in turns if t["content"].startswith("{'error': ")]
@@ -137,12 +138,12 @@ def test_an_eval_runs_page_shows_its_summary_its_tasks_and_their_episodes(graded
     assert answer["values"][4] == sum(len(r["tool_calls"]) for r in records)  # those that reached the environment
 
     # a task's row leads to its episodes; one of them to its conversation
-    opened.page.click("#tab-tasks")
-    opened.page.click("#task-table tbody tr[data-task='graded/train/1']")
+    opened.click("#tab-tasks")
+    opened.click("#task-table tbody tr[data-task='graded/train/1']")
     opened.page.wait_for_selector("#episodes:not([hidden]) #episode-table")
     listed = opened.rows("#episode-table tbody tr")
     assert len(listed) == K and {r["data"]["task"] for r in listed} == {"graded/train/1"}
-    opened.page.click(f"#episode-table tbody tr[data-episode='{listed[0]['data']['episode']}']")
+    opened.click(f"#episode-table tbody tr[data-episode='{listed[0]['data']['episode']}']")
     opened.page.wait_for_selector(f"#viewer[data-episode='{listed[0]['data']['episode']}']")
     conversation = opened.text("#conversation")
     assert "Task 1: answer with the word w1" in conversation  # the prompt with what reset() returned
@@ -152,13 +153,13 @@ def test_an_eval_runs_page_shows_its_summary_its_tasks_and_their_episodes(graded
     quiet(opened, page_path)
 
     # an episode's link survives a reload, with the filters of its fragment
-    opened.page.click("#only-failed")
-    opened.page.select_option("#episode-task", "graded/train/4")
+    opened.click("#only-failed")
+    opened.select("#episode-task", "graded/train/4")
     unsolved = opened.rows("#episode-table tbody tr")
     coins = sum(evaluation.coin(SEED + rollout * 6 + evaluation.COIN) for rollout in range(K))
     assert len(unsolved) == K - coins and {r["data"]["task"] for r in unsolved} == {"graded/train/4"}
     chosen = unsolved[-1]["data"]["episode"]
-    opened.page.click(f"#episode-table tbody tr[data-episode='{chosen}'] a.permalink")
+    opened.click(f"#episode-table tbody tr[data-episode='{chosen}'] a.permalink")
     url = opened.page.url
     assert "task=graded%2Ftrain%2F4" in url and "failed=1" in url and f"ep={chosen}" in url
     again = open_page(browser, page_path, "#" + url.split("#", 1)[1])
@@ -217,7 +218,7 @@ def test_hostile_strings_are_shown_as_text(echo_server, tmp_path, browser, shots
     assert model in opened.text("#subtitle")
     assert opened.text("#conversation").count(HOSTILE) == 2  # the echo and the reply (the arguments: JSON text)
     assert opened.text("#environment-calls pre:not(.arguments)") == HOSTILE
-    opened.page.goto(page_path.resolve().as_uri() + "#tab=episodes&ep=0")
+    opened.goto(page_path, "#tab=episodes&ep=0")
     opened.page.wait_for_selector("#viewer[data-episode='0']")
     conversation = opened.text("#conversation")
     assert "\ufffd lone \ufffd" in conversation or "\ud83d lone \udc00" in conversation
@@ -227,8 +228,8 @@ def test_hostile_strings_are_shown_as_text(echo_server, tmp_path, browser, shots
         links: Array.from(document.links).map(a => a.getAttribute('href'))})""")
     assert dom["pwned"] is None and dom["scripts"] == 2 and dom["imgs"] == 0 and dom["bold"] == 0
     assert all(href.startswith("#") for href in dom["links"]), dom["links"]
-    opened.page.click("#tab-tasks")
-    opened.page.click("#tab-overview")
+    opened.click("#tab-tasks")
+    opened.click("#tab-overview")
     quiet(opened, page_path)
 
 
@@ -349,7 +350,7 @@ def test_training_records_from_hooks_chart_each_steps_figures(echo_server, gener
     assert_training_page(opened, records)
     assert charted(opened)[0]["zero_spread"] == 1.0 and charted(opened)[1]["zero_spread"] == 0.0
     assert charted(opened)[2]["unscored"] == 2 / 8
-    opened.page.goto(page_path.resolve().as_uri() + "#tab=episodes&ep=0")
+    opened.goto(page_path, "#tab=episodes&ep=0")
     opened.page.wait_for_selector("#viewer[data-episode='0']")
     assert "TRL's turns were not recorded" in opened.text("#viewer")  # read outside TRL: the calls are shown
     assert opened.page.locator("#environment-calls .turn").count() == 1
@@ -381,8 +382,8 @@ def test_a_grpo_runs_trajectories_page(echo_server, generate, tmp_path, browser,
     opened = open_page(browser, tmp_path / "training.html")
     assert_training_page(opened, records)
     opened.page.screenshot(path=shots / "training.png", full_page=True)
-    opened.page.click("#tab-episodes")
-    opened.page.click("#episode-table tbody tr[data-episode='0']")
+    opened.click("#tab-episodes")
+    opened.click("#episode-table tbody tr[data-episode='0']")
     opened.page.wait_for_selector("#viewer[data-episode='0']")
     assert opened.page.locator("#conversation .turn.assistant").count() >= 1  # TRL's turns, as the model saw them
     quiet(opened, tmp_path / "training.html")
@@ -438,7 +439,7 @@ def test_two_runs_side_by_side(graded, tmp_path, browser, shots):
     opened.page.screenshot(path=shots / "comparison.png", full_page=True)
 
     # each side's episodes of a task
-    opened.page.click("#compare-table tbody tr[data-task='graded/train/0'] a >> nth=1")
+    opened.click("#compare-table tbody tr[data-task='graded/train/0'] a >> nth=1")
     opened.page.wait_for_selector("#episodes:not([hidden]) #episode-table")
     assert opened.page.locator("#run-1").get_attribute("class") == "on"
     assert {r["data"]["task"] for r in opened.rows("#episode-table tbody tr")} == {"graded/train/0"}
@@ -472,19 +473,19 @@ def test_ten_thousand_episodes_build_and_stay_usable(tmp_path, browser, shots, c
     assert opened.value("#fig-episodes") == summary["episodes"]["done"]
     assert opened.value("#fig-mean-reward") == summary["reward"]["mean"]
     assert opened.value("#fig-pass-at-k") == summary["pass"]["at_k"]
-    opened.page.click("#tab-tasks")
+    opened.click("#tab-tasks")
     assert opened.page.locator("#task-table tbody tr").count() == 100
     assert opened.text("#tasks-pager span") == f"page 1 of {math.ceil(len(summary['tasks']) / 100)}"
-    opened.page.fill("#task-filter", "synthetic/train/123")
+    opened.fill("#task-filter", "synthetic/train/123")
     assert [r["data"]["task"] for r in opened.rows("#task-table tbody tr")] == [
         f"synthetic/train/{t}" for t in range(2500) if str(t).startswith("123")]
-    opened.page.click("#tab-episodes")
+    opened.click("#tab-episodes")
     assert opened.page.locator("#episode-table tbody tr").count() == 50
     assert opened.text("#episodes-pager span") == "page 1 of 200"
-    opened.page.click("#episodes-pager button >> nth=1")
+    opened.click("#episodes-pager button >> nth=1")
     assert opened.page.locator("#episode-table tbody tr").first.get_attribute("data-episode") == "50"
     long = next(i for i, r in enumerate(records) if len(r["tool_calls"]) == 1 and r["tool_calls"][0]["cut"])
-    opened.page.goto(page_path.resolve().as_uri() + f"#tab=episodes&ep={long}")
+    opened.goto(page_path, f"#tab=episodes&ep={long}")
     opened.page.wait_for_selector(f"#viewer[data-episode='{long}']")
     result = opened.text("#environment-calls pre:not(.arguments)")
     total = len(records[long]["tool_calls"][-1]["result"])
@@ -548,7 +549,7 @@ def test_a_reward_that_is_not_a_number_is_shown_as_such(tmp_path, browser):
         opened = open_page(browser, page_path, "#tab=episodes&ep=1")
         assert opened.text("#viewer dd[data-fact=reward]") == "NaN"
         quiet(opened, page_path)
-    opened.page.click("#tab-overview")
+    opened.click("#tab-overview")
     finite = [r["reward"] for r in training[:4] if r["reward"] is not None and r["reward"] == r["reward"]]
     assert charted(opened)[0]["reward_mean"] == statistics.fmean(finite)
     quiet(opened, tmp_path / "traj.html")

@@ -65,6 +65,27 @@ class Opened:
     def text(self, selector: str) -> str:
         return str(self.page.locator(selector).text_content())
 
+    # A click on a link or a control that moves the fragment draws on the page's hashchange, a task after the click
+    # returns: each action waits until the page has drawn the fragment it left (`body[data-drawn]`).
+    def drawn(self) -> None:
+        self.page.wait_for_function("document.body.dataset.drawn === location.hash")
+
+    def click(self, selector: str) -> None:
+        self.page.click(selector)
+        self.drawn()
+
+    def select(self, selector: str, value: str) -> None:
+        self.page.select_option(selector, value)
+        self.drawn()
+
+    def fill(self, selector: str, value: str) -> None:
+        self.page.fill(selector, value)
+        self.drawn()
+
+    def goto(self, path: Path, fragment: str) -> None:
+        self.page.goto(path.resolve().as_uri() + fragment)
+        self.drawn()
+
 
 def open_page(browser: Any, path: Path, fragment: str = "") -> Opened:
     """Open `path` (file://, plus `fragment`) in a fresh context; once its script has drawn the tabs."""
@@ -84,6 +105,7 @@ def open_page(browser: Any, path: Path, fragment: str = "") -> Opened:
     page.goto(path.resolve().as_uri() + fragment)
     try:
         page.wait_for_selector("#tabs a", timeout=30_000)
+        opened.drawn()
     except Exception as exc:  # playwright's TimeoutError: say what the page said
         raise AssertionError(f"{path}: the page drew nothing; its errors: {opened.errors}") from exc
     return opened

@@ -97,7 +97,7 @@ def _tasks(summary: dict[str, Any], records: list[dict[str, Any]]) -> list[dict[
 
 def _training(source: Source) -> dict[str, Any]:
     """A training run: its figures as `figures.summary` counts an eval's (each episode its own: trainers write no
-    `rollout`), a pass being a reward at the highest seen or 1.0; its steps (the "train" stream's episodes)."""
+    `rollout`), a pass ("solved") being a reward of at least eval's default bar, 1.0; its steps (the "train" stream's episodes)."""
     numbered = [{**r, "rollout": i} for i, r in enumerate(source.records)]
     summary = figures.summary(numbered, k=1, planned=len(numbered), threshold=PASS_THRESHOLD, tasks=[])
     header = {
