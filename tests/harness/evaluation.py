@@ -6,11 +6,15 @@ task 5 never starts."""
 from __future__ import annotations
 
 import contextlib
+import io
 import json
+import locale
 import os
 import random
+import signal
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,9 +29,28 @@ def environ(extra: dict[str, str] | None = None) -> dict[str, str]:
 
 def orsgen_eval(*args: str, cwd: Path, env: dict[str, str] | None = None,
                 timeout: float = processes.HANG) -> subprocess.CompletedProcess[str]:
-    """`orsgen eval ARGS` run to its end (`timeout`: a hang guard) in a process group of its own."""
-    return processes.run([sys.executable, "-m", "orsgen", "eval", *args], capture_output=True, text=True, cwd=cwd,
-                         env=environ(env), timeout=timeout)
+    """`orsgen eval ARGS` run to its end (`timeout`: a hang guard) in a process group of its own: a process forked
+    by the servers' zygote, which imported the openreward SDK once (servers.command), and is otherwise the command
+    as a fresh interpreter runs it. Its output is read as `subprocess.run(text=True)` reads a pipe."""
+    argv = ["orsgen", "eval", *args]
+    with tempfile.TemporaryDirectory(prefix="orsgen-eval-") as folder:
+        out, err = Path(folder, "stdout"), Path(folder, "stderr")
+        child = servers.command(argv, str(cwd), environ(env), str(out), str(err))
+        try:
+            code = child.wait(timeout)
+        except BaseException as exc:  # its hang guard, the test's timeout, an interrupt: the whole group goes
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(child.pid, signal.SIGKILL)
+            child.wait()
+            if isinstance(exc, subprocess.TimeoutExpired):
+                exc.output, exc.stderr = _text(out), _text(err)  # what it printed before it hung
+            raise
+        return subprocess.CompletedProcess([sys.executable, "-m", *argv], code, _text(out), _text(err))
+
+
+def _text(path: Path) -> str:
+    """A file read as `subprocess.run(text=True)` reads a pipe: the locale's encoding, universal newlines."""
+    return io.TextIOWrapper(io.BytesIO(path.read_bytes()), encoding=locale.getpreferredencoding(False)).read()
 
 
 def popen(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.Popen[str]:

@@ -255,6 +255,10 @@ class Zygote:
     def start(self, specs: list[str], port: int, env: dict[str, str]) -> Forked:
         return Forked(self, self.ask({"start": specs, "port": port, "env": env})["pid"])
 
+    def run(self, argv: list[str], cwd: str, env: dict[str, str], out: str, err: str) -> Forked:
+        """`python -m ARGV` forked (zygote.py's `run`), its own session leader, output into the two files."""
+        return Forked(self, self.ask({"run": argv, "cwd": cwd, "env": env, "out": out, "err": err})["pid"])
+
     def close(self) -> None:
         if self.process.stdin:
             self.process.stdin.close()
@@ -262,6 +266,11 @@ class Zygote:
 
 
 _zygotes: list[Zygote] = []
+
+
+def command(argv: list[str], cwd: str, env: dict[str, str], out: str, err: str) -> Forked:
+    """`python -m ARGV` as a fresh interpreter runs it, forked by the zygote that already imported the SDK."""
+    return _zygote().run(argv, cwd, env, out, err)
 
 
 def _zygote() -> Zygote:

@@ -2,14 +2,21 @@
 a server per start. A start then costs a fork instead of the SDK's import (about 4.5 s of CPU each, some 30 starts
 in the fast tier); the server is the same `Server` under uvicorn, with the environment (`env`) the start gave.
 
+It also runs commands that import the SDK (`orsgen eval`: some 40 runs in the fast tier, each paying the same
+import): `{"run": [argv], "cwd": ..., "env": {...}, "out": path, "err": path}` forks a child that becomes the
+command as a fresh interpreter would run it: a session of its own, the run's folder, environment and SIGINT, stdin
+from /dev/null, stdout and stderr into the files, every orsgen module imported anew (none is preloaded but the
+server's), `python -m orsgen ARGV`, and a normal interpreter exit (its atexit handlers run).
+
 `python -m tests.harness.zygote`, driven by `tests/harness/servers.py` with one JSON line per request on stdin:
-`{"start": [specs], "port": N, "env": {...}}` -> `{"pid": P}`; `{"poll": P}` -> `{"returncode": null or N}` (a
-child is reaped only when polled, so its pid is never reused while the tests may still signal it). When stdin
-closes (the test session ended), the servers still running are stopped.
+`{"start": [specs], "port": N, "env": {...}}` or `{"run": ...}` -> `{"pid": P}`; `{"poll": P}` -> `{"returncode":
+null or N}` (a child is reaped only when polled, so its pid is never reused while the tests may still signal it).
+When stdin closes (the test session ended), the children still running are stopped.
 """
 
 import json
 import os
+import runpy
 import signal
 import sys
 import traceback
@@ -42,6 +49,24 @@ def _child(specs: list[str], port: int, env: dict[str, str]) -> None:
         os._exit(code)
 
 
+def _command(argv: list[str], cwd: str, env: dict[str, str], out: str, err: str) -> None:
+    """In the forked child: `python -m ARGV[0] ARGV[1:]` as a subprocess of the test would run it. Returns only by
+    raising SystemExit, which ends this interpreter as the command's own exit would (never back in main's loop)."""
+    os.setsid()
+    os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+    os.dup2(os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644), 1)
+    os.dup2(os.open(err, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644), 2)
+    os.chdir(cwd)
+    os.environ.clear()
+    os.environ.update(env)
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # as processes.run starts its children
+    for name in [m for m in sys.modules if m.split(".")[0] in ("orsgen", "tests")]:
+        del sys.modules[name]  # imported anew, reading the command's environment
+    sys.argv = ["-m", *argv[1:]]
+    runpy.run_module(argv[0], run_name="__main__", alter_sys=True)
+    raise SystemExit(0)
+
+
 def main() -> None:
     import uvicorn  # noqa: F401 - preloaded: what every server imports
     from openreward.environments import Server  # noqa: F401
@@ -51,8 +76,12 @@ def main() -> None:
     running: set[int] = set()
     for line in sys.stdin:
         request = json.loads(line)
-        if "start" in request:
+        if "start" in request or "run" in request:
+            sys.stdout.flush()
+            sys.stderr.flush()
             pid = os.fork()
+            if pid == 0 and "run" in request:
+                _command(request["run"], request["cwd"], request["env"], request["out"], request["err"])
             if pid == 0:
                 _child(request["start"], request["port"], request["env"])
             running.add(pid)
