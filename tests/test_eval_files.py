@@ -17,6 +17,8 @@ from tests.harness import evaluation, servers
 from tests.harness.chat_standin import Error, Reply, first_user_text, serving, tool_results
 from tests.harness.generation import in_process
 
+pytestmark = pytest.mark.slow  # `orsgen eval` run as a user runs it, several runs a test: make test-slow
+
 BONUS = 1.05  # a reward above 1.0: a style bonus some environments pay
 
 

@@ -32,6 +32,8 @@ from tests.harness import evaluation, servers
 from tests.harness.chat_standin import Error, Raw, Reply, completion, first_user_text, serving, tool_results
 from tests.harness.generation import in_process
 
+pytestmark = pytest.mark.slow  # `orsgen eval` run as a user runs it, several runs a test: make test-slow
+
 script, task_of = evaluation.script, evaluation.task_of
 SURROGATE = "\ud83d"  # half of an emoji's surrogate pair: what `json.loads` makes of a model's "\ud83d"
 

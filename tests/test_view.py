@@ -91,6 +91,7 @@ def self_contained(text: str) -> None:
 # -- an eval run ---------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # runs `orsgen eval` first, as a user does
 def test_an_eval_runs_page_shows_its_summary_its_tasks_and_their_episodes(graded, tmp_path, browser, shots):
     _server, module = graded
     with serving(evaluation.script) as endpoint:
@@ -179,6 +180,7 @@ def test_an_eval_runs_page_shows_its_summary_its_tasks_and_their_episodes(graded
     assert page_path.exists() and "orsgen eval: run/report.html (" in resumed.stderr
 
 
+@pytest.mark.slow  # runs `orsgen eval` first, as a user does
 def test_hostile_strings_are_shown_as_text(echo_server, tmp_path, browser, shots):
     """Model output, tool arguments, tool results, the model's and the folder's names holding markup, a script end,
     `javascript:` links, the template's own markers and lone surrogates: all shown as text; nothing runs, no element
@@ -233,6 +235,7 @@ def test_hostile_strings_are_shown_as_text(echo_server, tmp_path, browser, shots
     quiet(opened, page_path)
 
 
+@pytest.mark.slow  # runs `orsgen eval` first, as a user does
 def test_no_secret_reaches_the_page(graded, tmp_path, browser):
     """The endpoint's and OpenReward's keys set for the run, an endpoint that writes the key it was sent into its
     replies, and (another run) an endpoint URL with a password: none of it is in the page."""
@@ -392,6 +395,7 @@ def test_a_grpo_runs_trajectories_page(echo_server, generate, tmp_path, browser,
 # -- two eval runs -------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # runs `orsgen eval` first, as a user does
 def test_two_runs_side_by_side(graded, tmp_path, browser, shots):
     _server, module = graded
 
