@@ -70,6 +70,10 @@ def load(spec: str) -> type[Environment]:
         dotted = module_name.removesuffix(".py").strip("./").replace("/", ".").replace(os.sep, ".")
         raise ServeError(f"{module_name!r} is a file name: give the module's import name, {dotted}:{name or 'CLASS'}, "
                          "run from the folder that holds it")
+    if not colon and "." in module_name.strip("."):  # `shopenv.Shop`: the class after the last dot
+        module_part, _, class_part = module_name.strip(".").rpartition(".")
+        raise ServeError(f"{spec!r} is not MODULE:CLASS: a colon goes before the class, {module_part}:{class_part} "
+                         f"for class {class_part} in {_file_of(module_part)}")
     if not colon or not module_name or not name:
         raise ServeError(f"{spec!r} is not MODULE:CLASS: give the module and its Environment class, e.g. "
                          f"{module_name or 'myenv'}:{name or 'MyEnv'} for class {name or 'MyEnv'} in "
