@@ -14,8 +14,8 @@ class Address(BaseModel):
 
 
 class OrderParams(BaseModel):
-    item: str = Field(description="What to order")
     size: Literal["small", "large"] = Field(description="The pack size")
+    item: str = Field(description="What to order")
     ship_to: Address
 
 

@@ -262,9 +262,9 @@ def words_of(prompt: str, row: dict[str, Any]) -> list[str]:
 
 
 def candidates(schema: dict[str, Any], words: Sequence[str]) -> list[Any]:
-    """Values to try for an argument of JSON schema `schema` (as get_json_schema writes them): each enum choice, the
-    words for a string, the numbers among them (or the bounds) for a number, each combination of the required fields
-    of an object, one item of an array. [] when nothing fits."""
+    """Values to try for an argument of JSON schema `schema` (its `$ref`s resolved): each enum choice, the words for
+    a string, the numbers among them (or the bounds) for a number, combinations of the required fields of an
+    object, one item of an array. [] when nothing fits."""
     if "enum" in schema:
         return list(schema["enum"])
     if "const" in schema:
@@ -282,27 +282,58 @@ def candidates(schema: dict[str, Any], words: Sequence[str]) -> list[Any]:
         low, high = schema.get("minimum", -math.inf), schema.get("maximum", math.inf)
         numbers = [int(w) for w in words if re.fullmatch(r"-?[0-9]+", w)]
         found = [n for n in dict.fromkeys([*numbers, schema.get("default", 1), 0, 1]) if isinstance(n, int | float)
-                 and low <= n <= high]
+                 and not isinstance(n, bool) and low <= n <= high]
         return found or [low if math.isfinite(low) else high]
     if kind == "boolean":
         return [False, True]
     if kind == "array":
         items = candidates(schema.get("items") or {"type": "string"}, words)
         return [[item] for item in items[:WORDS]]
-    if kind == "object":
-        fields = schema.get("properties") or {}
-        return list(itertools.islice(combinations(fields, schema.get("required") or [], words), CALLS))
+    if kind == "object" or "properties" in schema:
+        return list(itertools.islice(combinations(schema, words), CALLS))
     return []
 
 
-def combinations(properties: dict[str, Any], required: Sequence[str], words: Sequence[str]) -> Iterator[dict[str, Any]]:
-    """Argument dicts of the required properties, each value from `candidates`: every combination, lazily."""
-    names = [n for n in properties if n in required]
+def combinations(schema: dict[str, Any], words: Sequence[str]) -> Iterator[dict[str, Any]]:
+    """Argument dicts of an object schema's required properties, each value from `candidates`: every combination,
+    lazily."""
+    properties = schema.get("properties") or {}
+    names = [n for n in properties if n in (schema.get("required") or [])]
     choices = [candidates(properties[n], words) for n in names]
     if any(not c for c in choices):
         return
     for values in itertools.product(*choices):
         yield dict(zip(names, values, strict=True))
+
+
+def arguments_schema(offered: dict[str, Any], wire: dict[str, Any] | None) -> dict[str, Any]:
+    """The schema of a tool's arguments by the names the model gives them (`offered`: get_json_schema's), each
+    argument's own from the server's tool spec (`wire`) where it names it: get_json_schema flattens a nested
+    argument into text, the server's spec has its fields (`$ref`s resolved, a few levels deep)."""
+    parameters = offered["function"].get("parameters") or {}
+    spec = (wire or {}).get("input_schema") or {}
+    defs = spec.get("$defs") or spec.get("definitions") or {}
+    served = {_key(n): v for n, v in (spec.get("properties") or {}).items()}
+    properties = {n: _resolved(served[_key(n)], defs, 4) if _key(n) in served else v
+                  for n, v in (parameters.get("properties") or {}).items()}
+    return {"type": "object", "properties": properties, "required": parameters.get("required") or []}
+
+
+def _key(name: str) -> str:
+    """A name as the generator's and the server's spellings of it agree (case and punctuation aside)."""
+    return re.sub(r"[^0-9a-z]", "", name.lower())
+
+
+def _resolved(node: Any, defs: dict[str, Any], depth: int) -> Any:
+    """`node` with each `$ref` to `#/$defs/X` (or definitions) replaced by X, `depth` levels of them at most."""
+    if isinstance(node, list):
+        return [_resolved(item, defs, depth) for item in node]
+    if not isinstance(node, dict):
+        return node
+    ref = node.get("$ref")
+    if isinstance(ref, str) and ref.rsplit("/", 1)[-1] in defs:
+        return _resolved(defs[ref.rsplit("/", 1)[-1]], defs, depth - 1) if depth > 0 else {}
+    return {k: _resolved(v, defs, depth) for k, v in node.items()}
 
 
 def play(member: Any, row: dict[str, Any], say: Callable[[str], None]) -> Played | None:
@@ -313,16 +344,16 @@ def play(member: Any, row: dict[str, Any], say: Callable[[str], None]) -> Played
 
     cls = member.adapter_class(row)
     tools = member.schemas(cls)
+    served = {_key(t.get("name", "")): t for t in member.module.SNAPSHOT.get("tools") or [] if isinstance(t, dict)}
     env = cls()
     best: Played | None = None
     tried, said = 0, time.monotonic()
     task = int(row["task_index"])
-    for method, schema in zip(tool_methods(env), tools, strict=True):
-        parameters = schema["function"].get("parameters") or {}
+    for method, offered in zip(tool_methods(env), tools, strict=True):
+        schema = arguments_schema(offered, served.get(_key(method.__name__)))
         prompt = env.reset(**row)
         words = words_of(prompt, row)
-        for arguments in itertools.islice(combinations(parameters.get("properties") or {},
-                                                       parameters.get("required") or [], words), CALLS - tried):
+        for arguments in itertools.islice(combinations(schema, words), max(CALLS - tried, 0)):
             if tried:
                 prompt = env.reset(**row)  # a fresh episode for each call
             tried += 1
@@ -393,6 +424,9 @@ def build(target: str, out: Path, num_tasks: int = TASKS, steps: int = STEPS, se
         replayed = sum(first_turn(lm, tok, p.tools, p.prompt) == call_text(p.name, p.arguments) for p in played)
     finally:
         torch.set_num_threads(threads)
+    from transformers.utils import logging as transformers_logging
+
+    transformers_logging.disable_progress_bar()  # "Writing model shards" for a file of 400 kB
     out.mkdir(parents=True, exist_ok=True)
     (out / MARKER).unlink(missing_ok=True)
     tok.save_pretrained(out)
