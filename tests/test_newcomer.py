@@ -128,7 +128,7 @@ def test_ctrl_c_during_generation(tmp_path):
     [
         (["127.0.0.1:8000"], "TARGET '127.0.0.1:8000' has no scheme: use http://127.0.0.1:8000"),
         ([f"http://127.0.0.1:{servers.free_port()}"], "connection refused: is the server running, on this port?"),
-        ([], 'e.g. [tool.orsgen.targets.myenv] target = "http://127.0.0.1:8000" output = "generated/myenv.py"'),
+        ([], 'e.g. [tool.orsgen.targets.myenv] target = "http://127.0.0.1:8010" output = "generated/myenv.py"'),
     ],
     ids=["no-scheme", "wrong-port", "no-targets"],
 )

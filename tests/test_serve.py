@@ -288,4 +288,4 @@ def test_help_and_version_answer_in_a_training_install():
 def test_help_names_orsgen_serve():
     from orsgen import cli
 
-    assert "orsgen serve myenv:MyEnv --port 8000" in cli.parser().format_help()
+    assert "orsgen serve myenv:MyEnv --port 8010" in cli.parser().format_help()

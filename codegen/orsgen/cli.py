@@ -32,7 +32,7 @@ class _Help(argparse.HelpFormatter):
 
 
 EPILOG = """examples:
-  orsgen http://127.0.0.1:8000 -o generated/myenv.py    a server (yours: orsgen serve myenv:MyEnv --port 8000)
+  orsgen http://127.0.0.1:8010 -o generated/myenv.py    a server (yours: orsgen serve myenv:MyEnv --port 8010)
   orsgen Eigent/SETA -o generated/seta.py               a catalog environment (needs OPENREWARD_API_KEY)
   orsgen tools.json --env myenv -o generated/myenv.py   a saved URL/myenv/tools response
   orsgen                                                every [tool.orsgen] target of pyproject.toml

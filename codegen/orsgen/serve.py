@@ -42,7 +42,7 @@ def parser() -> argparse.ArgumentParser:
     p = _Parser(prog="orsgen serve", allow_abbrev=False,
                 description="Serve ORS environments (openreward Environment subclasses) with the openreward SDK's "
                 "Server under uvicorn, until Ctrl-C. The first is also served at /; the current folder is importable.",
-                epilog="example: orsgen serve myenv:MyEnv --port 8000   (then: orsgen http://127.0.0.1:8000 -o "
+                epilog="example: orsgen serve myenv:MyEnv --port 8010   (then: orsgen http://127.0.0.1:8010 -o "
                 "generated/myenv.py)")
     p.add_argument("specs", nargs="+", metavar="MODULE:CLASS", help="an Environment subclass CLASS of module MODULE")
     p.add_argument("--port", type=_port, default=PORT, help=f"the port to listen on (default {PORT}; 0: a free one)")

@@ -194,15 +194,14 @@ def warm_up(lm: Any, tok: Any, lessons: Sequence[Lesson], steps: int = STEPS,
 
     optimizer = torch.optim.AdamW(lm.parameters(), lr=LEARNING_RATE)
     lm.train()
-    streak, step, loss, share = 0, 0, math.nan, 0.0
-    said = time.monotonic()
-    while step < steps:
+    streak, step, said = 0, 0, time.monotonic()
+    while True:
         out = lm(input_ids=ids, attention_mask=mask, labels=labels)
         loss = float(out.loss.item())
         hits = out.logits[:, :-1].argmax(-1)[scored] == targets[scored]
         share = float(hits.float().mean())
         streak = streak + 1 if bool(hits.all()) else 0
-        if streak >= STREAK:
+        if streak >= STREAK or step >= steps:
             break
         if say is not None and time.monotonic() - said >= SAY_EVERY:
             say(f"  warm-up step {step} (at most {steps}): loss {loss:.3f}, {share:.0%} of the answer tokens right")
@@ -261,18 +260,21 @@ def words_of(prompt: str, row: dict[str, Any]) -> list[str]:
     return list(dict.fromkeys(w for w in found if w))[:WORDS]
 
 
-def candidates(schema: dict[str, Any], words: Sequence[str]) -> list[Any]:
-    """Values to try for an argument of JSON schema `schema` (its `$ref`s resolved): each enum choice, the words for
-    a string, the numbers among them (or the bounds) for a number, combinations of the required fields of an
-    object, one item of an array. [] when nothing fits."""
-    if "enum" in schema:
-        return list(schema["enum"])
+def candidates(schema: dict[str, Any], words: Sequence[str], row: dict[str, Any] | None = None,
+               name: str = "") -> list[Any]:
+    """Values to try for an argument `name` of JSON schema `schema` (its `$ref`s resolved): each enum choice, the
+    words for a string (the task's metadata value of the same name first), the numbers among them (or the bounds) for
+    a number, combinations of the required fields of an object, one item of an array. [] when nothing fits."""
+    named = [str(v) for k, v in (row or {}).items() if name and _key(k) == _key(name) and isinstance(v, str | int)]
+    words = list(dict.fromkeys([*named, *words]))
+    if "enum" in schema:  # the task's own value first, when it is one of them
+        return sorted(schema["enum"], key=lambda choice: str(choice) not in named)
     if "const" in schema:
         return [schema["const"]]
     for key in ("anyOf", "oneOf"):
         if key in schema:
             branches = [b for b in schema[key] if isinstance(b, dict) and b.get("type") != "null"]
-            return next((found for b in branches if (found := candidates(b, words))), [])
+            return next((found for b in branches if (found := candidates(b, words, row, name))), [])
     kind = schema.get("type")
     if isinstance(kind, list):
         kind = next((k for k in kind if k != "null"), None)
@@ -287,19 +289,20 @@ def candidates(schema: dict[str, Any], words: Sequence[str]) -> list[Any]:
     if kind == "boolean":
         return [False, True]
     if kind == "array":
-        items = candidates(schema.get("items") or {"type": "string"}, words)
+        items = candidates(schema.get("items") or {"type": "string"}, words, row, name)
         return [[item] for item in items[:WORDS]]
     if kind == "object" or "properties" in schema:
-        return list(itertools.islice(combinations(schema, words), CALLS))
+        return list(itertools.islice(combinations(schema, words, row), CALLS))
     return []
 
 
-def combinations(schema: dict[str, Any], words: Sequence[str]) -> Iterator[dict[str, Any]]:
+def combinations(schema: dict[str, Any], words: Sequence[str], row: dict[str, Any] | None = None
+                 ) -> Iterator[dict[str, Any]]:
     """Argument dicts of an object schema's required properties, each value from `candidates`: every combination,
     lazily."""
     properties = schema.get("properties") or {}
     names = [n for n in properties if n in (schema.get("required") or [])]
-    choices = [candidates(properties[n], words) for n in names]
+    choices = [candidates(properties[n], words, row, n) for n in names]
     if any(not c for c in choices):
         return
     for values in itertools.product(*choices):
@@ -353,7 +356,7 @@ def play(member: Any, row: dict[str, Any], say: Callable[[str], None]) -> Played
         schema = arguments_schema(offered, served.get(_key(method.__name__)))
         prompt = env.reset(**row)
         words = words_of(prompt, row)
-        for arguments in itertools.islice(combinations(schema, words), max(CALLS - tried, 0)):
+        for arguments in itertools.islice(combinations(schema, words, row), max(CALLS - tried, 0)):
             if tried:
                 prompt = env.reset(**row)  # a fresh episode for each call
             tried += 1

@@ -155,7 +155,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 EPILOG = """examples:
-  orsgen eval generated/seta.py --base-url http://127.0.0.1:8000/v1 --model Qwen/Qwen3-4B -n 50 -k 4
+  orsgen eval generated/seta.py --base-url http://127.0.0.1:8020/v1 --model Qwen/Qwen3-4B -n 50 -k 4
   orsgen eval seta --model gpt-4.1-mini --tasks 0-99 --out runs/eval-base     a [tool.orsgen] target
   orsgen eval --resume runs/eval-base                                           the episodes still missing
   orsgen eval --compare runs/eval-base runs/eval-trained --format markdown      before and after, task by task
@@ -172,7 +172,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("target", nargs="?", metavar="TARGET", help="a generated module or bundle (.py), or a "
                    "[tool.orsgen] target name")
     p.add_argument("--model", help="the model name the endpoint serves")
-    p.add_argument("--base-url", help="the endpoint, e.g. http://127.0.0.1:8000/v1 (default: OPENAI_BASE_URL)")
+    p.add_argument("--base-url", help="the endpoint, e.g. http://127.0.0.1:8020/v1 (default: OPENAI_BASE_URL)")
     p.add_argument("-n", "--num-tasks", type=_count, metavar="N", help="the first N tasks of the split (default: all)")
     p.add_argument("--tasks", type=_tasks, metavar="SPEC", help="task indices: 0-99, or 3,5,10-19")
     p.add_argument("-k", "--rollouts", type=_count, default=1, metavar="K", help="episodes per task (default 1)")
