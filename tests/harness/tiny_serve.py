@@ -5,7 +5,7 @@ that parses tool calls, for tests of what talks to such an endpoint.
     with serving(path) as served:  # `transformers serve PATH --host 127.0.0.1 --port N --device cpu`
         OpenAI(base_url=served.url, api_key="EMPTY").chat.completions.create(model=served.model, ...)
 
-The model is examples/tiny.py's, taught on the echo environment's eight tasks ("Echo the word apple" -> the
+The model is orsgen.tiny's (python -m orsgen.tiny), taught on the echo environment's eight tasks ("Echo the word apple" -> the
 assistant calls echo(text="apple") -> the tool answers "apple" -> the assistant says "apple") until it gets every
 assistant token of them right. `save_pretrained` writes the chat template (chat_template.jinja) and the response
 template (the "response_template" key of tokenizer_config.json); the server reads the latter back as
@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from examples import tiny
+from orsgen import tiny
 from examples.echo import WORDS
 from examples.serve import HOST, free_port
 from tests.harness import processes
