@@ -12,11 +12,10 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
-
-from transformers import PrinterCallback, ProgressCallback, TrainerCallback
+from typing import Any, Self
 
 from orsgen.runtime import hooks
+from transformers import PrinterCallback, ProgressCallback, TrainerCallback
 
 EVERY = 3.0  # seconds between lines within a step
 
@@ -29,7 +28,7 @@ class Progress(TrainerCallback):  # type: ignore[misc]
         self.stop = threading.Event()
         self.lock = threading.Lock()
 
-    def __enter__(self) -> Progress:
+    def __enter__(self) -> Self:
         for quiet in (PrinterCallback, ProgressCallback):  # TRL's log dicts, printed at every log and at the end
             self.trainer.remove_callback(quiet)
         self.trainer.add_callback(self)

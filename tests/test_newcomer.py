@@ -185,13 +185,14 @@ def test_wheel_ships_the_templates(tmp_path):
 
 
 def test_cli_without_the_generator_extra_says_so():
-    """`pip install orsgen` is the run time: the CLI then names the extra in one line (black hidden here)."""
+    """`pip install orsgen` is the run time: the CLI then names in one line the packages of the extra, which install
+    as printed however orsgen was (black hidden here)."""
     code = ("import sys, runpy; sys.modules['black'] = None; sys.argv = ['orsgen', 'x']; "
             "runpy.run_module('orsgen', run_name='__main__')")
     result = processes.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 2
-    assert result.stderr == ('orsgen: error: the generator needs black: pip install "orsgen[generator]" (a training '
-                             "image needs only the run time)\n")
+    assert result.stderr == ('orsgen: error: the generator needs black: pip install "jinja2>=3.1" "black==26.10.1" (the '
+                             "generator extra) (a training image needs only the run time)\n")
 
 
 def test_one_max_tool_calling_iterations_everywhere():

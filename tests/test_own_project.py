@@ -72,8 +72,9 @@ def test_the_own_environment_path_runs_from_a_folder_outside_the_clone(tmp_path)
                 with log.open("wb") as sink:
                     running.append(processes.popen(command, shell=True, cwd=folder, env=env, stdout=sink,
                                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL))
-                port = shlex.split(command)[shlex.split(command).index("--port") + 1]
-                wait_until(lambda: running[-1].poll() is not None or answers(f"http://127.0.0.1:{port}/health"),
+                words = shlex.split(command)
+                health = f"http://127.0.0.1:{words[words.index('--port') + 1]}/health"
+                wait_until(lambda process=running[-1], url=health: process.poll() is not None or answers(url),
                            timeout=300, waiting_for=f"{command} to answer")
                 assert running[-1].poll() is None, log.read_text()
                 continue

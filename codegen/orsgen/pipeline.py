@@ -247,7 +247,8 @@ def pinned_tasks(job: Job, source: Source, snap: dict[str, Any]) -> str:
 
 def summary(adapter: model.Adapter) -> str:
     names = ", ".join(t.wire_name for t in adapter.tools)
-    text = f"class {adapter.class_name}, {len(adapter.tools)} tools ({names})"
+    count = len(adapter.tools)
+    text = f"class {adapter.class_name}, {count} tool{'s' * (count != 1)} ({names})"
     for variant in adapter.variants:
         extra = ", ".join(t.wire_name for t in variant.tools)
         text += f"; class {variant.class_name} adds {extra} for tasks {_ranges(variant.tasks)}"

@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from orsgen import tiny
+
 from examples.echo import WORDS
 from examples.serve import HOST, free_port
 from tests.harness import processes

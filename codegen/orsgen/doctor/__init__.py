@@ -112,7 +112,7 @@ def _doctor(args: argparse.Namespace, live: Live, began: float) -> int:
                                                            args.rollouts)))
     steps += [("reward probes", rewards.run), ("lifecycle", lifecycle.run), ("latency and size", lifecycle.latency)]
     if not args.json:
-        print(f"orsgen doctor: {live.name} at {live.where} ({len(facts.tools)} tools)", flush=True)
+        print(f"orsgen doctor: {live.name} at {live.where} ({len(facts.tools)} tool{'s' * (len(facts.tools) != 1)})", flush=True)
     checks: list[Check] = []
     try:
         for name, step in steps:

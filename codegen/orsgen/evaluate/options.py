@@ -273,7 +273,7 @@ def invocation(argv: list[str]) -> Invocation:
         if differing:
             named = ", ".join(sorted(_flag(name) for name in differing))
             raise OrsgenError(f"--resume {args.resume} repeats the run recorded in its run.json: drop {named}"
-                              f"{differing[sorted(differing)[0]]} (or start a new run with --out)")
+                              f"{differing[min(differing)]} (or start a new run with --out)")
         if args.out:
             raise OrsgenError("--resume DIR writes into DIR: drop --out")
         run = None
