@@ -176,6 +176,8 @@ def test_ctrl_c_stops_it_without_a_traceback(tmp_path):
 IMPORTS = {
     "no colon": (["myenv"], (r"'myenv' is not MODULE:CLASS: give the module and its Environment class, e\.g\. "
                              r"myenv:MyEnv for class MyEnv in myenv\.py")),
+    "a dotted class": (["myenv.MyEnv"], (r"'myenv\.MyEnv' is not MODULE:CLASS: a colon goes before the class, "
+                                         r"myenv:MyEnv for class MyEnv in myenv\.py")),  # issue 44
     "a file name": (["myenv.py:MyEnv"], (r"'myenv\.py' is a file name: give the module's import name, myenv:MyEnv, "
                                          r"run from the folder that holds it")),
     "no such module": (["nosuch:MyEnv"], (r"no module named nosuch in .*project or on PYTHONPATH: run orsgen serve "
