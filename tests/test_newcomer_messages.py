@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.harness import ROOT, processes
+from tests.harness import ROOT, processes, servers
 from tests.harness.generation import in_process, orsgen
 
 ECHO_TOOLS = ROOT / "tests" / "golden" / "echo" / "tools.json"
@@ -105,3 +105,17 @@ def test_no_clone_needed_for_the_tiny_model():
     shown = processes.run([sys.executable, "-m", "orsgen.tiny", "--help"], cwd=outside, env=env, capture_output=True,
                           text=True, stdin=subprocess.DEVNULL)
     assert shown.returncode == 0 and "-o DIR" in shown.stdout, shown.stderr
+
+
+def test_the_tiny_model_without_its_environment_served_is_one_line(tmp_path):
+    server = servers.start("examples.echo:Echo")
+    try:
+        assert in_process(server.url, "-o", str(tmp_path / "echo.py")).returncode == 0
+    finally:
+        server.stop()
+    refused = processes.run([sys.executable, "-m", "orsgen.tiny", "echo.py", "-o", "tiny"], cwd=tmp_path,
+                            capture_output=True, text=True)
+    assert refused.returncode == 2 and refused.stdout == "" and refused.stderr.count("\n") == 1, refused.stderr
+    assert refused.stderr.startswith(f"orsgen: error: the environment echo at {server.url} cannot run an episode: ")
+    assert refused.stderr.endswith("is it running? orsgen serve MODULE:CLASS --port N)\n")
+    assert not (tmp_path / "tiny").exists()
