@@ -100,7 +100,10 @@ def _from_url(url: str, env: str | None, probe: Probe) -> tuple[Source, dict[str
     try:
         envs = bare.request("GET", "/list_environments", deployment=False)
     except wire.HTTPStatusError as exc:
-        raise OrsgenError(_with_env_path(url, exc, api_key)) from None
+        hint = _env_path_hint(url, exc, api_key)
+        if hint is None:
+            raise
+        raise OrsgenError(f"{exc}: {hint}") from None
     if not isinstance(envs, list) or not envs or not all(isinstance(e, str) for e in envs):
         raise OrsgenError(f"{url}/list_environments did not return a list of environment names")
     chosen = _choose(envs, env, url)
@@ -110,21 +113,21 @@ def _from_url(url: str, env: str | None, probe: Probe) -> tuple[Source, dict[str
     return _with_tools(source, server, probe)
 
 
-def _with_env_path(url: str, exc: wire.HTTPStatusError, api_key: str) -> str:
-    """A 404 for a URL with a path (`http://host:8000/shop`): an environment's path, where the server's base URL and
-    `--env` go; the line says so, with the environments the base URL serves when it answers."""
+def _env_path_hint(url: str, exc: wire.HTTPStatusError, api_key: str) -> str | None:
+    """A 404 for a URL with a path (`http://host:8010/shop`): an environment's path, where the server's base URL and
+    `--env` go; what to type instead, with the environments the base URL serves when it answers. None otherwise."""
     parts = urllib.parse.urlsplit(url)
     name = parts.path.strip("/").rsplit("/", 1)[-1]
     if exc.status != 404 or not name:
-        return str(exc)
-    base = urllib.parse.urlunsplit((parts.scheme, parts.netloc, "", "", ""))
+        return None
+    base = urllib.parse.urlunsplit((parts.scheme, parts.netloc.rsplit("@", 1)[-1], "", "", ""))
     try:
         envs = wire.Server(base, deployment="", env=None, api_key=api_key).request(
             "GET", "/list_environments", deployment=False, timeout=5.0)
     except OrsgenError:
         envs = None
     served = f" (it serves {', '.join(map(str, envs))})" if isinstance(envs, list) and envs else ""
-    return f"{exc}: give the server's base URL and the environment as --env: orsgen {base} --env {name}{served}"
+    return f"give the server's base URL and the environment as --env: orsgen {base} --env {name}{served}"
 
 
 def _from_catalog(name: str, env: str | None, probe: Probe) -> tuple[Source, dict[str, Any]]:
