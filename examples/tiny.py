@@ -7,23 +7,9 @@ from collections.abc import Callable
 from typing import Any, ClassVar
 
 from orsgen.evaluate.target import tool_methods
-from orsgen.tiny import (
-    CHAT_TEMPLATE,
-    MARKERS,
-    RESPONSE_TEMPLATE,
-    SPECIAL,
-    call_text,
-    conversation,
-    first_turn,
-    model,
-    tokenizer,
-    tokenizer_of,
-    warm_up,
-)
+from orsgen.tiny import *  # the model, its chat format and warm-up are the package's
 
-__all__ = ["CHAT_TEMPLATE", "MARKERS", "RESPONSE_TEMPLATE", "SPECIAL", "call_text", "conversation", "first_turn",
-           "grpo_config", "model", "recording", "scripted_rollouts", "tokenizer", "tokenizer_of", "tool_methods",
-           "warm_up"]
+__all__ = ["grpo_config", "recording", "scripted_rollouts", "tool_methods"]  # and orsgen.tiny's
 
 
 def recording(adapter_class: type) -> type:

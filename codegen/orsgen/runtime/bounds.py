@@ -12,6 +12,7 @@ would reach the model's context through `get_json_schema`.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 MAX_DEPTH = 48  # JSON levels of an input schema; a deeper object is replaced by {"$comment": DEPTH_CUT} (any value)
@@ -82,14 +83,7 @@ def _tool_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     found = ["description changed"] if old.get("description") != new.get("description") else []
     a, b = _object(old.get("input_schema")), _object(new.get("input_schema"))
     props_a, props_b = _object(a.get("properties")), _object(b.get("properties"))
-    found += [f"argument {n} added" for n in props_b if n not in props_a]
-    found += [f"argument {n} removed" for n in props_a if n not in props_b]
-    for n in props_b:
-        if n in props_a and props_a[n] != props_b[n]:
-            found += _node_changes(f"argument {n}", _object(props_a[n]), _object(props_b[n]))
-    req_a, req_b = set(_names(a.get("required"))), set(_names(b.get("required")))
-    found += [f"argument {n} now required" for n in sorted(req_b - req_a) if n in props_a]
-    found += [f"argument {n} now optional" for n in sorted(req_a - req_b) if n in props_b]
+    found += _fields(a, b, lambda n: f"argument {n}")
     if list(props_a) != list(props_b) and set(props_a) == set(props_b):
         found.append("argument order changed")
     defs_a, defs_b = _object(a.get("$defs")), _object(b.get("$defs"))
@@ -107,18 +101,25 @@ def _tool_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     return found or ["changed"]
 
 
+def _fields(x: dict[str, Any], y: dict[str, Any], named: Callable[[str], str]) -> list[str]:
+    """An object schema's fields added, removed, changed (`_node_changes`), now required or optional, each said as
+    `named(field)`."""
+    fields_x, fields_y = _object(x.get("properties")), _object(y.get("properties"))
+    found = [f"{named(n)} added" for n in fields_y if n not in fields_x]
+    found += [f"{named(n)} removed" for n in fields_x if n not in fields_y]
+    for n in fields_y:
+        if n in fields_x and fields_x[n] != fields_y[n]:
+            found += _node_changes(named(n), _object(fields_x[n]), _object(fields_y[n]))
+    req_x, req_y = set(_names(x.get("required"))), set(_names(y.get("required")))
+    found += [f"{named(n)} now required" for n in sorted(req_y - req_x) if n in fields_x]
+    found += [f"{named(n)} now optional" for n in sorted(req_x - req_y) if n in fields_y]
+    return found
+
+
 def _node_changes(path: str, x: dict[str, Any], y: dict[str, Any]) -> list[str]:
     """How one schema node changed: an object's fields by name (`path.field added`, `path.field: type changed`),
     then its own keys (`path: type changed`). Its depth is bounded (MAX_DEPTH): so is the recursion."""
-    fields_x, fields_y = _object(x.get("properties")), _object(y.get("properties"))
-    found = [f"{path}.{n} added" for n in fields_y if n not in fields_x]
-    found += [f"{path}.{n} removed" for n in fields_x if n not in fields_y]
-    for n in fields_y:
-        if n in fields_x and fields_x[n] != fields_y[n]:
-            found += _node_changes(f"{path}.{n}", _object(fields_x[n]), _object(fields_y[n]))
-    req_x, req_y = set(_names(x.get("required"))), set(_names(y.get("required")))
-    found += [f"{path}.{n} now required" for n in sorted(req_y - req_x) if n in fields_x]
-    found += [f"{path}.{n} now optional" for n in sorted(req_x - req_y) if n in fields_y]
+    found = _fields(x, y, lambda n: f"{path}.{n}")
     keys = sorted(k for k in set(x) | set(y) if k not in ("properties", "required") and x.get(k) != y.get(k))
     if keys or not found:
         found.append(f"{path}: {', '.join(keys) or 'schema'} changed")
