@@ -126,6 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"      {warm['warm_up_steps']} steps, loss {warm['loss']:.3f}, {warm['tokens_right']:.0%} of the "
               "answer tokens right")
 
+        print(f"[6] GRPOTrainer: {args.steps} steps of 8 rollouts (2 tasks x 4) against the live environment")
         env_class = recording(module.Echo)
         trainer = GRPOTrainer(
             model=lm,
@@ -139,7 +140,6 @@ def main(argv: list[str] | None = None) -> int:
         notice = UnscoredNotice()  # on the module logger itself: filters skip records of child loggers
         trl_logger = logging.getLogger(GRPOTrainer.__module__)
         trl_logger.addFilter(notice)
-        print(f"[6] GRPOTrainer: {args.steps} steps of 8 rollouts (2 tasks x 4) against the live environment")
         try:
             with Progress(trainer):  # a line every few seconds; TRL's printed log dicts left out
                 trainer.train()

@@ -36,6 +36,7 @@ def main(argv: list[str] | None = None) -> int:
         class Echo(echo.Echo):  # type: ignore[misc, name-defined]
             unscored_reward = 0.0
 
+        print(f"GRPOTrainer: {args.steps} step{'s' * (args.steps != 1)} of 8 rollouts (2 tasks x 4) on the CPU")
         from trl import GRPOTrainer
 
         trajectories = echo.Trajectories(out / "trajectories")  # one JSON line per episode: what the model did
@@ -47,7 +48,6 @@ def main(argv: list[str] | None = None) -> int:
             environment_factory=Echo,  # the adapter class is the factory; rewards come from get_reward()
             callbacks=[echo.EpisodeMetrics(), trajectories],  # orsgen/... figures in log_history; the records
         )
-        print(f"GRPOTrainer: {args.steps} step{'s' * (args.steps != 1)} of 8 rollouts (2 tasks x 4) on the CPU")
         with Progress(trainer):  # a line every few seconds; TRL's printed log dicts left out
             trainer.train()
         echo.close_all()  # GRPOTrainer never closes its environments

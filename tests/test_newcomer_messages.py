@@ -115,7 +115,8 @@ def test_the_tiny_model_without_its_environment_served_is_one_line(tmp_path):
         server.stop()
     refused = processes.run([sys.executable, "-m", "orsgen.tiny", "echo.py", "-o", "tiny"], cwd=tmp_path,
                             capture_output=True, text=True)
-    assert refused.returncode == 2 and refused.stdout == "" and refused.stderr.count("\n") == 1, refused.stderr
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr
+    assert refused.stdout == f"orsgen tiny: echo.py: asking its environment at {server.url} for its tools and tasks\n"
     assert refused.stderr.startswith(f"orsgen: error: the environment echo at {server.url} cannot run an episode: ")
     assert refused.stderr.endswith("is it running? orsgen serve MODULE:CLASS --port N)\n")
     assert not (tmp_path / "tiny").exists()

@@ -30,6 +30,8 @@ def build(target: str, out: Path, num_tasks: int = TASKS, steps: int = STEPS, se
 
     started = time.monotonic()
     members = targets.members(target)
+    where = ", ".join(str(m.module.PINNED.sessions.server(None) or m.module.PINNED.target) for m in members)
+    say(f"orsgen tiny: {target}: asking its environment at {where} for its tools and tasks")
     for member in members:  # out of reach, or serving other tools than it pinned: one line, before torch is imported
         try:
             member.check()
