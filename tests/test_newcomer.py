@@ -182,6 +182,7 @@ def test_wheel_ships_the_templates(tmp_path):
     assert sorted(n.removeprefix("orsgen/templates/") for n in names if n.startswith("orsgen/templates/")) == templates
     assert not [n for n in names if n.startswith(("templates/", "tests/", "examples/"))]
     assert "orsgen/view/page.html" in names  # orsgen view's page
+    assert "orsgen/tiny/__main__.py" in names  # python -m orsgen.tiny: a CPU path without the clone (issue 44)
 
 
 def test_cli_without_the_generator_extra_says_so():
