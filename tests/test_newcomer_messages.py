@@ -120,3 +120,14 @@ def test_the_tiny_model_without_its_environment_served_is_one_line(tmp_path):
     assert refused.stderr.startswith(f"orsgen: error: the environment echo at {server.url} cannot run an episode: ")
     assert refused.stderr.endswith("is it running? orsgen serve MODULE:CLASS --port N)\n")
     assert not (tmp_path / "tiny").exists()
+
+
+def test_the_tiny_model_replaces_no_folder_of_the_users(tmp_path):
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("mine")
+    refused = processes.run([sys.executable, "-m", "orsgen.tiny", "echo.py", "-o", "mine"], cwd=tmp_path,
+                            capture_output=True, text=True)
+    assert (refused.returncode, refused.stdout) == (2, "")
+    assert refused.stderr == ("orsgen: error: -o mine: a folder orsgen.tiny did not write: nothing there is replaced; "
+                              "give a new folder, or one it wrote before\n")
+    assert [p.name for p in (tmp_path / "mine").iterdir()] == ["notes.txt"]

@@ -6,7 +6,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -29,6 +31,9 @@ def build(target: str, out: Path, num_tasks: int = TASKS, steps: int = STEPS, se
     from orsgen.evaluate import target as targets
 
     started = time.monotonic()
+    if out.exists() and (not out.is_dir() or any(out.iterdir()) and not (out / MARKER).is_file()):
+        raise OrsgenError(f"-o {out}: {'a file' if not out.is_dir() else 'a folder orsgen.tiny did not write'}: "
+                          "nothing there is replaced; give a new folder, or one it wrote before")
     members = targets.members(target)
     where = ", ".join(str(m.module.PINNED.sessions.server(None) or m.module.PINNED.target) for m in members)
     say(f"orsgen tiny: {target}: asking its environment at {where} for its tools and tasks")
@@ -79,13 +84,17 @@ def build(target: str, out: Path, num_tasks: int = TASKS, steps: int = STEPS, se
     from transformers.utils import logging as transformers_logging
 
     transformers_logging.disable_progress_bar()  # "Writing model shards" for a file of 400 kB
-    out.mkdir(parents=True, exist_ok=True)
-    (out / MARKER).unlink(missing_ok=True)
-    tok.save_pretrained(out)
-    lm.save_pretrained(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
     info = {"target": target, "tasks": len(played), "rewarded": rewarded, "replayed": replayed, "parameters": size,
             **warm, "seconds": round(time.monotonic() - started, 1)}
-    (out / MARKER).write_text(json.dumps(info, indent=1) + "\n")
+    with tempfile.TemporaryDirectory(prefix=f".{out.name}-", dir=out.parent) as scratch:  # whole, or not at all
+        made = Path(scratch) / "model"
+        tok.save_pretrained(made)
+        lm.save_pretrained(made)
+        (made / MARKER).write_text(json.dumps(info, indent=1) + "\n")
+        if out.exists():
+            shutil.rmtree(out)  # a model it built before (its MARKER says so)
+        made.rename(out)
     say(f"orsgen tiny: saved {out} in {info['seconds']:.0f} s: {warm['warm_up_steps']} warm-up steps, "
         f"{replayed} of {len(played)} calls written back exactly by a greedy first turn")
     return info
@@ -121,7 +130,7 @@ class _Parser(argparse.ArgumentParser):
 
 def parser() -> argparse.ArgumentParser:
     p = _Parser(prog="python -m orsgen.tiny", allow_abbrev=False, description=DESCRIPTION,
-                epilog="then: transformers serve DIR --port 8020 --device cpu, and orsgen eval MODULE --base-url "
+                epilog="then: transformers serve DIR --port 8020, and orsgen eval MODULE --base-url "
                 "http://127.0.0.1:8020/v1 --model DIR")
     p.add_argument("target", metavar="MODULE", help="a generated module or bundle (.py), its environment served")
     p.add_argument("-o", "--output", type=Path, required=True, metavar="DIR", help="the folder to save the model in")
@@ -147,6 +156,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"orsgen: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("orsgen tiny: interrupted (nothing saved)", file=sys.stderr)
+        print(f"orsgen tiny: interrupted: nothing saved in {args.output}", file=sys.stderr)
         return 130
     return 0
