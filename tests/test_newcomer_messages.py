@@ -131,3 +131,10 @@ def test_the_tiny_model_replaces_no_folder_of_the_users(tmp_path):
     assert refused.stderr == ("orsgen: error: -o mine: a folder orsgen.tiny did not write: nothing there is replaced; "
                               "give a new folder, or one it wrote before\n")
     assert [p.name for p in (tmp_path / "mine").iterdir()] == ["notes.txt"]
+
+
+def test_eval_help_shows_a_local_model_command():
+    """`orsgen eval` named `transformers serve` but showed no command, nor a model that calls tools (issue 44)."""
+    shown = orsgen("eval", "--help")
+    assert shown.returncode == 0
+    assert "transformers serve DIR --port 8020" in shown.stdout and "python -m orsgen.tiny" in shown.stdout

@@ -159,6 +159,8 @@ EPILOG = """examples:
   orsgen eval seta --model gpt-4.1-mini --tasks 0-99 --out runs/eval-base     a [tool.orsgen] target
   orsgen eval --resume runs/eval-base                                           the episodes still missing
   orsgen eval --compare runs/eval-base runs/eval-trained --format markdown      before and after, task by task
+a model on this machine: transformers serve DIR --port 8020 (on CPU, one that calls your tools: python -m orsgen.tiny
+  MODULE -o DIR, its environment served), then --base-url http://127.0.0.1:8020/v1 --model DIR
 environment: OPENAI_BASE_URL and OPENAI_API_KEY (the endpoint, as the openai client reads them), OPENREWARD_API_KEY
 exit codes: 0 done, 2 bad input or an endpoint or environment that cannot run an episode, 130 interrupted (resumable)
 """
