@@ -69,11 +69,12 @@ def unscored_line(log_history: list[dict[str, Any]]) -> str | None:
             "tools: get_reward() is None for them, GRPO leaves them out of their group, TRL's warning is silenced")
 
 
-def options(argv: list[str] | None, doc: str | None, steps: int) -> argparse.Namespace:
+def options(argv: list[str] | None, doc: str | None, steps: int, warmup: int = 300) -> argparse.Namespace:
     """The demo's and the quickstart's options."""
     p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--steps", type=int, default=steps, help=f"GRPO steps (default {steps})")
-    p.add_argument("--warmup-steps", type=int, default=300, help="supervised steps teaching the tool-call format")
+    p.add_argument("--warmup-steps", type=int, default=warmup, help="most supervised steps teaching the tool-call "
+                   f"format (default {warmup})")
     p.add_argument("--out", type=Path, help="where to write the adapter (default: a temporary directory)")
     return p.parse_args(argv)
 
@@ -112,13 +113,20 @@ def main(argv: list[str] | None = None) -> int:
         import torch
         from trl import GRPOTrainer
 
-        torch.set_num_threads(2)
+        from examples.progress import Progress
+
         tok = tiny.tokenizer(conversations, tool_methods(module.Echo()))
         lm = tiny.model(tok)
-        loss = tiny.warm_up(lm, tok, conversations, tool_methods(module.Echo()), args.warmup_steps)
-        print(f"[5] tiny Qwen3 ({sum(p.numel() for p in lm.parameters()):,} parameters) warmed up on the tool-call "
-              f"format: {args.warmup_steps} steps, loss {loss:.3f}")
+        print(f"[5] a tiny Qwen3 ({sum(p.numel() for p in lm.parameters()):,} parameters) learns the tool-call format "
+              f"from those rollouts: at most {args.warmup_steps} steps")
+        torch.set_num_threads(1)  # the model is tiny: one thread is several times faster on 2 busy cores
+        warm = tiny.warm_up(lm, tok, [(c, tool_methods(module.Echo())) for c in conversations], args.warmup_steps,
+                            say=print)
+        torch.set_num_threads(2)
+        print(f"      {warm['warm_up_steps']} steps, loss {warm['loss']:.3f}, {warm['tokens_right']:.0%} of the "
+              "answer tokens right")
 
+        print(f"[6] GRPOTrainer: {args.steps} steps of 8 rollouts (2 tasks x 4) against the live environment")
         env_class = recording(module.Echo)
         trainer = GRPOTrainer(
             model=lm,
@@ -133,11 +141,11 @@ def main(argv: list[str] | None = None) -> int:
         trl_logger = logging.getLogger(GRPOTrainer.__module__)
         trl_logger.addFilter(notice)
         try:
-            trainer.train()
+            with Progress(trainer):  # a line every few seconds; TRL's printed log dicts left out
+                trainer.train()
         finally:
             trl_logger.removeFilter(notice)
-        print(f"[6] GRPOTrainer: {trainer.state.global_step} steps; tools offered: "
-              f"{[t.__name__ for t in trainer.tools]}")
+        print(f"[7] {trainer.state.global_step} steps done; tools offered: {[t.__name__ for t in trainer.tools]}")
         for entry in trainer.state.log_history:
             if "reward" in entry:
                 print(f"      step {entry['step']}: reward mean {shown(entry, 'reward', '.3f')} "

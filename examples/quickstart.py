@@ -1,8 +1,8 @@
 """Quickstart, on a laptop: serve the bundled example environment on 127.0.0.1, generate its adapter with orsgen,
-and train one GRPO step of a tiny model built on the spot (CPU, offline), then print the rewards the environment
-gave. From the clone, after `make setup`:
+build a tiny model that calls its tools (`python -m orsgen.tiny`, on the CPU, offline), train one GRPO step of it
+against the live environment, then print the rewards the environment gave. From the clone, after `make setup`:
 
-    .venv/bin/python -m examples.quickstart [--steps 1] [--out DIR]
+    .venv/bin/python -m examples.quickstart [--steps 1] [--warmup-steps 600] [--out DIR]
 """
 
 import tempfile
@@ -13,11 +13,14 @@ from examples.demo import MAX_TOOL_CALLING_ITERATIONS, load_module, options
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = options(argv, __doc__, steps=1)
+    args = options(argv, __doc__, steps=1, warmup=600)
 
+    from orsgen import tiny
     from orsgen.cli import main as orsgen
 
-    from examples import serve, tiny
+    from examples import serve
+    from examples.progress import Progress
+    from examples.tiny import grpo_config
 
     out = args.out or Path(tempfile.mkdtemp(prefix="orsgen-quickstart-"))
     with serve.running("examples.echo:Echo") as server:  # the SDK's own Server under uvicorn, 127.0.0.1 only
@@ -25,39 +28,28 @@ def main(argv: list[str] | None = None) -> int:
         print(f"$ orsgen {server.url} -o {path}")
         if orsgen([server.url, "-o", str(path)]) != 0:
             return 1
+        print(f"$ python -m orsgen.tiny {path} -o {out / 'tiny'}")
+        tiny.build(str(path), out / "tiny", steps=args.warmup_steps)  # plays the tasks by hand, teaches the calls
         echo = load_module(path)  # in your project: from generated.echo import Echo, dataset
 
         # An episode no tool scored is unscored (None) by default and teaches GRPO nothing; count it as a failure.
         class Echo(echo.Echo):  # type: ignore[misc, name-defined]
             unscored_reward = 0.0
 
-        train = echo.dataset()  # prompt (an empty user message: reset() completes it), task_index, split, metadata
-        tools = [Echo().echo, Echo().hint]  # the tools TRL offers the model: the adapter's public methods
-        conversations = []  # one rollout per task, by hand: what the tiny model learns the tool-call format from
-        for row in train:
-            env = Echo()
-            prompt = env.reset(**row)
-            conversations.append(tiny.conversation(prompt, "echo", {"text": row["target"]}, env.echo(text=row["target"])))
-        echo.close_all()
-
-        import torch
+        print(f"GRPOTrainer: {args.steps} step{'s' * (args.steps != 1)} of 8 rollouts (2 tasks x 4) on the CPU")
         from trl import GRPOTrainer
 
-        torch.set_num_threads(2)
-        tok = tiny.tokenizer(conversations, tools)
-        lm = tiny.model(tok)
-        tiny.warm_up(lm, tok, conversations, tools, args.warmup_steps)
         trajectories = echo.Trajectories(out / "trajectories")  # one JSON line per episode: what the model did
         trainer = GRPOTrainer(
-            model=lm,
-            processing_class=tok,
-            args=tiny.grpo_config(str(out / "trainer"), args.steps, learning_rate=5e-5,
-                                  max_tool_calling_iterations=MAX_TOOL_CALLING_ITERATIONS),
-            train_dataset=train,
+            model=str(out / "tiny"),  # the folder python -m orsgen.tiny saved; yours: "Qwen/Qwen3-4B"
+            args=grpo_config(str(out / "trainer"), args.steps, learning_rate=5e-5,
+                             max_tool_calling_iterations=MAX_TOOL_CALLING_ITERATIONS),
+            train_dataset=echo.dataset(),  # prompt (an empty user message: reset() completes it), task, metadata
             environment_factory=Echo,  # the adapter class is the factory; rewards come from get_reward()
             callbacks=[echo.EpisodeMetrics(), trajectories],  # orsgen/... figures in log_history; the records
         )
-        trainer.train()
+        with Progress(trainer):  # a line every few seconds; TRL's printed log dicts left out
+            trainer.train()
         echo.close_all()  # GRPOTrainer never closes its environments
         trajectories.close()
     logged = [entry for entry in trainer.state.log_history if "reward" in entry]

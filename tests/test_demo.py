@@ -1,5 +1,6 @@
 """The demo (`make demo`) says in one line of its own what its unscored first steps are, instead of TRL's warning, a
-dump of a rollout's kwargs for every step that has one."""
+dump of a rollout's kwargs for every step that has one; it says what each GRPO step is doing, and prints none of TRL's
+log dicts (issue 44)."""
 
 import sys
 
@@ -16,6 +17,9 @@ def test_demo_explains_unscored_rollouts_in_one_line(tmp_path):
     output = result.stdout + result.stderr
     assert "All reward functions returned None" not in output, result.stderr
     assert "for the following kwargs" not in output
+    assert "'train_runtime'" not in output and "{'loss'" not in output, output  # TRL's PrinterCallback's dicts
+    assert "      step 1 of 1: the rollouts, against the live environment" in result.stdout.splitlines()
+    assert "      step 1 done in " in result.stdout
     line = ("      8 of 8 rollouts (step 1) called no tool that gives a reward, as expected of a model still learning "
             "its tools: get_reward() is None for them, GRPO leaves them out of their group, TRL's warning is silenced")
     assert result.stdout.splitlines().count(line) == 1, result.stdout

@@ -155,7 +155,7 @@ def test_without_matplotlib_the_report_is_text_only(graded, tmp_path):
                                      env={"PYTHONPATH": f"{blocked.parent}:{evaluation.environ()['PYTHONPATH']}"})
     assert run.returncode == 0, run.stderr
     assert not (tmp_path / "run" / "pass_rates.png").exists()
-    assert 'a picture too with matplotlib: pip install "orsgen[plot]"' in run.stderr
+    assert 'a picture too with matplotlib: pip install "matplotlib>=3.7", the plot extra' in run.stderr
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["pass"]["at_1"] == 1.0
 
 

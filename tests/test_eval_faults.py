@@ -148,9 +148,11 @@ def test_an_interrupted_run_saves_whole_records_and_resume_runs_only_what_is_mis
     creates_before = len(server.creates())
     with serving(script) as second:
         resumed = evaluation.orsgen_eval("--resume", "run", "--base-url", second.url, cwd=tmp_path)
-        payloads = second.payloads()
+        payloads, peak = second.payloads(), second.peak_concurrency()
     assert resumed.returncode == 0, resumed.stderr
     assert len(probes(payloads)) == 1
+    # as many at once as the run began with (issue 44: a resumed --concurrency 1 run ran 16 at once)
+    assert "at most 2 at once" in resumed.stderr and peak <= 2, (peak, resumed.stderr)
     # the model was asked about exactly the episodes missing before, each as often as the script needs
     asked = episodes_asked(payloads, TASKS)
     assert asked == {k: requests_per_episode(k[0]) for k in missing if k[0] != NEVER_STARTS}

@@ -109,7 +109,7 @@ def test_a_tool_that_cannot_be_generated_is_exit_2_and_the_rest_is_written(tmp_p
     assert err.splitlines()[-1] == (f"orsgen: error: {out}: 1 tool(s) could not be generated ('broken': see the "
                                     "warnings); the others were written")
     assert "tool 'broken' skipped: schema cannot be read (TypeError: properties is not an object)" in err
-    assert sorted(methods(load(out))) == ["ok"] and "class H, 1 tools (ok)" in stdout
+    assert sorted(methods(load(out))) == ["ok"] and "class H, 1 tool (ok)" in stdout
 
 
 def test_a_live_tool_past_the_bounds_is_pinned_cut_and_the_drift_check_agrees(tmp_path):

@@ -13,6 +13,7 @@ metadata. The training line (torch first, then `[train]`) is run by .ci/trl-olde
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -50,7 +51,7 @@ def place(tmp_path_factory):
     pip = [sys.executable, "-m", "pip", "-q"]
     processes.run([*pip, "wheel", "--no-deps", str(checkout), "-w", str(base / "dist")], check=True, cwd=base)
     processes.run([*pip, "download", "-d", str(base / "house"), "setuptools>=68",
-                    f"{base / 'dist' / WHEEL}[generator,report]"], check=True, cwd=base)
+                    f"{base / 'dist' / WHEEL}[generator,report,plot]"], check=True, cwd=base)
     (base / "house" / WHEEL).unlink()  # each line installs orsgen its own way, never from here
     shutil.rmtree(checkout / "build", ignore_errors=True)
     for info in checkout.glob("codegen/*.egg-info"):
@@ -103,10 +104,18 @@ def generates(venv: Venv, url: str) -> str:
     return imported.stdout.strip()
 
 
+def printed_install(stderr: str) -> str:
+    """The `pip install "..." "..."` line a message of orsgen's names."""
+    found = re.search(r'pip install(?: "[^"]+")+', stderr)
+    assert found is not None, stderr
+    return found.group()
+
+
 def test_from_a_clone_then_report(tmp_path, place, echo_server):
     """`pip install "/path/to/orsgen[generator]"`: a copy of the clone. There --report says in one line what it
-    needs; `pip install "/path/to/orsgen[generator,report]"` adds transformers only (no torch, no TRL), and --report
-    works."""
+    needs, in a line that works as printed (issue 44: `pip install "orsgen[report]"` found nothing); `pip install
+    "/path/to/orsgen[generator,report]"` adds transformers only (no torch, no TRL), and --report works, with nothing
+    of transformers' on stderr. The picture's line (the plot extra) works as printed too."""
     checkout, house = place
     venv = Venv(tmp_path, house)
     venv.install(f'pip install "{checkout}[generator]"')
@@ -115,18 +124,21 @@ def test_from_a_clone_then_report(tmp_path, place, echo_server):
     assert not venv.has("transformers") and not venv.has("torch")
     report = venv.run(f"orsgen {echo_server.url} --report")
     assert report.returncode == 2 and report.stdout == "", report
-    assert report.stderr.count("\n") == 1 and 'pip install "orsgen[report]"' in report.stderr, report.stderr
+    assert report.stderr.count("\n") == 1 and "orsgen[" not in report.stderr, report.stderr
+    needed = printed_install(report.stderr)
 
-    measure = "orsgen eval gen/echo.py --base-url {url} --model scripted --tasks 0-1 --out run"
-    refused = venv.run(measure.format(url="http://127.0.0.1:9/v1"))
+    measure = "orsgen eval gen/echo.py --base-url {url} --model scripted --tasks 0-1 --out {out}"
+    refused = venv.run(measure.format(url="http://127.0.0.1:9/v1", out="run"))
     assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused
-    assert 'pip install "orsgen[eval]"' in refused.stderr, refused.stderr
+    assert printed_install(refused.stderr) == needed  # the eval extra is the report's
 
-    venv.install(f'pip install "{checkout}[generator,report]"')
+    venv.install(needed)  # as printed
     assert venv.has("transformers") and not venv.has("torch") and not venv.has("trl")
     report = venv.run(f"orsgen {echo_server.url} --report")
-    assert report.returncode == 0, report.stderr
+    assert report.returncode == 0 and report.stderr == "", report.stderr  # no "PyTorch was not found"
     assert 'text: required, model sees {"type":"string"}' in report.stdout, report.stdout  # get_json_schema's view
+    venv.install(f'pip install "{checkout}[generator,report]"')  # the README's line
+    assert not venv.has("torch") and not venv.has("trl")
 
     # orsgen eval there, without torch or TRL: a model behind an endpoint, the tools get_json_schema makes
     def echoing(payload):
@@ -136,9 +148,13 @@ def test_from_a_clone_then_report(tmp_path, place, echo_server):
         return Reply(tool_calls=[("echo", {"text": text.split()[-1]})])
 
     with serving(echoing) as endpoint:
-        measured = venv.run(measure.format(url=endpoint.url))
-    assert measured.returncode == 0, measured.stderr
-    assert "pass@1  100.0%" in measured.stdout, measured.stdout
+        measured = venv.run(measure.format(url=endpoint.url, out="run"))
+        assert measured.returncode == 0, measured.stderr
+        assert "pass@1  100.0%" in measured.stdout, measured.stdout
+        assert "PyTorch" not in measured.stderr and not (venv.folder / "run" / "pass_rates.png").exists()
+        venv.install(printed_install(measured.stderr))  # the picture's extra, as printed
+        pictured = venv.run(measure.format(url=endpoint.url, out="pictured"))
+    assert pictured.returncode == 0 and (venv.folder / "pictured" / "pass_rates.png").is_file(), pictured.stderr
     assert not venv.has("torch") and not venv.has("trl")
 
 

@@ -128,7 +128,7 @@ def test_ctrl_c_during_generation(tmp_path):
     [
         (["127.0.0.1:8000"], "TARGET '127.0.0.1:8000' has no scheme: use http://127.0.0.1:8000"),
         ([f"http://127.0.0.1:{servers.free_port()}"], "connection refused: is the server running, on this port?"),
-        ([], 'e.g. [tool.orsgen.targets.myenv] target = "http://127.0.0.1:8000" output = "generated/myenv.py"'),
+        ([], 'e.g. [tool.orsgen.targets.myenv] target = "http://127.0.0.1:8010" output = "generated/myenv.py"'),
     ],
     ids=["no-scheme", "wrong-port", "no-targets"],
 )
@@ -182,16 +182,18 @@ def test_wheel_ships_the_templates(tmp_path):
     assert sorted(n.removeprefix("orsgen/templates/") for n in names if n.startswith("orsgen/templates/")) == templates
     assert not [n for n in names if n.startswith(("templates/", "tests/", "examples/"))]
     assert "orsgen/view/page.html" in names  # orsgen view's page
+    assert "orsgen/tiny/__main__.py" in names  # python -m orsgen.tiny: a CPU path without the clone (issue 44)
 
 
 def test_cli_without_the_generator_extra_says_so():
-    """`pip install orsgen` is the run time: the CLI then names the extra in one line (black hidden here)."""
+    """`pip install orsgen` is the run time: the CLI then names in one line the packages of the extra, which install
+    as printed however orsgen was (black hidden here)."""
     code = ("import sys, runpy; sys.modules['black'] = None; sys.argv = ['orsgen', 'x']; "
             "runpy.run_module('orsgen', run_name='__main__')")
     result = processes.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 2
-    assert result.stderr == ('orsgen: error: the generator needs black: pip install "orsgen[generator]" (a training '
-                             "image needs only the run time)\n")
+    assert result.stderr == ('orsgen: error: the generator needs black: pip install "jinja2>=3.1" "black==26.10.1" (the '
+                             "generator extra) (a training image needs only the run time)\n")
 
 
 def test_one_max_tool_calling_iterations_everywhere():

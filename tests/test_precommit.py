@@ -82,10 +82,10 @@ def exercise(folder: Path, module: Path, server: servers.Served, env: dict[str, 
     assert down.returncode == 1 and re.search(r"orsgen --check \(live\)\.+Failed", down.stdout), down.stdout
 
 
-def test_readme_shows_the_tested_configs():
-    readme = (ROOT / "README.md").read_text()
-    for config in (LOCAL, PINNED):
-        assert f"```yaml\n{config.read_text()}```" in readme, f"README.md does not show {config.name} verbatim"
+def test_the_docs_show_the_tested_configs():
+    """The README shows the local config, the reference the pinned one (issue 44: the README's first pages)."""
+    for config, page in ((LOCAL, "README.md"), (PINNED, "docs/reference.md")):
+        assert f"```yaml\n{config.read_text()}```" in (ROOT / page).read_text(), f"{page} does not show {config.name}"
 
 
 def test_local_config(tmp_path):

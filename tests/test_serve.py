@@ -176,6 +176,8 @@ def test_ctrl_c_stops_it_without_a_traceback(tmp_path):
 IMPORTS = {
     "no colon": (["myenv"], (r"'myenv' is not MODULE:CLASS: give the module and its Environment class, e\.g\. "
                              r"myenv:MyEnv for class MyEnv in myenv\.py")),
+    "a dotted class": (["myenv.MyEnv"], (r"'myenv\.MyEnv' is not MODULE:CLASS: a colon goes before the class, "
+                                         r"myenv:MyEnv for class MyEnv in myenv\.py")),  # issue 44
     "a file name": (["myenv.py:MyEnv"], (r"'myenv\.py' is a file name: give the module's import name, myenv:MyEnv, "
                                          r"run from the folder that holds it")),
     "no such module": (["nosuch:MyEnv"], (r"no module named nosuch in .*project or on PYTHONPATH: run orsgen serve "
@@ -275,17 +277,17 @@ def test_help_and_version_answer_in_a_training_install():
     assert lines[4].strip().startswith("orsgen doctor TARGET")
     assert lines[5].strip().startswith("orsgen replay RECORDS")
     assert lines[6:] == [('generating and checking modules needs the generator (jinja2 and black are not installed '
-                         'here): pip install "orsgen[generator]"; orsgen serve, eval, view, doctor and replay need '
-                         'only this install')]
+                         'here): pip install "jinja2>=3.1" "black==26.10.1" (the generator extra); orsgen serve, eval, '
+                         'view, doctor and replay need only this install')]
     # and generating there still says what to install, in one line
     refused = processes.run(command("http://127.0.0.1:9", "-o", "x.py", training=True), capture_output=True,
                             text=True)
     assert (refused.returncode, refused.stdout) == (2, "")
     assert refused.stderr.startswith('orsgen: error: the generator needs jinja2 and black: pip install '
-                                     '"orsgen[generator]"') and refused.stderr.count("\n") == 1
+                                     '"jinja2>=3.1" "black==26.10.1"') and refused.stderr.count("\n") == 1
 
 
 def test_help_names_orsgen_serve():
     from orsgen import cli
 
-    assert "orsgen serve myenv:MyEnv --port 8000" in cli.parser().format_help()
+    assert "orsgen serve myenv:MyEnv --port 8010" in cli.parser().format_help()

@@ -65,7 +65,7 @@ def test_a_catalog_target_is_generated_without_the_sdk_and_runs(quest, tmp_path)
                         cwd=ROOT, env=env)
     assert run.returncode == 0, run.stderr[-2000:]
     assert "import time:" in run.stderr and "openreward" not in run.stderr
-    assert "class Quest, 1 tools (guess); class QuestWithHint adds hint" in run.stdout
+    assert "class Quest, 1 tool (guess); class QuestWithHint adds hint" in run.stdout
     script = ("import sys; sys.path.insert(0, sys.argv[1]); import catalog; "
               "assert (catalog.URL, catalog.DEPLOYMENT, catalog.ENV) == (None, 'someone/quest', None); "
               "env = catalog.QuestWithHint(); print(env.reset(task_index=3)); print(env.hint(level=2)); "

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from orsgen import __version__, config, pipeline, stdout
+from orsgen.command import USAGE
 from orsgen.errors import OrsgenError
 
 
@@ -31,7 +32,7 @@ class _Help(argparse.HelpFormatter):
 
 
 EPILOG = """examples:
-  orsgen http://127.0.0.1:8000 -o generated/myenv.py    a server (yours: orsgen serve myenv:MyEnv --port 8000)
+  orsgen http://127.0.0.1:8010 -o generated/myenv.py    a server (yours: orsgen serve myenv:MyEnv --port 8010)
   orsgen Eigent/SETA -o generated/seta.py               a catalog environment (needs OPENREWARD_API_KEY)
   orsgen tools.json --env myenv -o generated/myenv.py   a saved URL/myenv/tools response
   orsgen                                                every [tool.orsgen] target of pyproject.toml
@@ -47,11 +48,15 @@ exit codes: 0 done or up to date, 1 stale (--check), 2 bad input or unreachable 
 def parser() -> argparse.ArgumentParser:
     p = _Parser(
         prog="orsgen",
+        usage=USAGE.removeprefix("usage: "),  # the commands too: serve, eval, view, doctor, replay
         allow_abbrev=False,
+        add_help=False,
         formatter_class=lambda prog: _Help(prog, max_help_position=28, width=110),
-        description="Generate a typed Python adapter module for an ORS environment, for TRL's GRPOTrainer.",
+        description="Generate a typed adapter module for an ORS environment, for TRL's GRPOTrainer; each command has "
+        "its --help.",
         epilog=EPILOG,
     )
+    p.add_argument("-h", "--help", action="help", help=argparse.SUPPRESS)
     p.add_argument(
         "targets",
         metavar="TARGET",
@@ -69,7 +74,7 @@ def parser() -> argparse.ArgumentParser:
                    "lost (-o optional)")
     p.add_argument("--format", choices=("text", "markdown"), default="text", help="--report as text or markdown")
     p.add_argument("--config", type=Path, default=None, help=argparse.SUPPRESS)
-    p.add_argument("--version", action="version", version=f"orsgen {__version__}")
+    p.add_argument("--version", action="version", version=f"orsgen {__version__}", help=argparse.SUPPRESS)
     return p
 
 
@@ -88,9 +93,9 @@ def jobs(args: argparse.Namespace) -> list[config.Job]:
         listed = config.load(args.config or config.find(Path.cwd()))
         return [replace(j, templates=args.templates or j.templates, pin_tasks=args.pin_tasks or j.pin_tasks,
                         async_tools=args.async_tools or j.async_tools, offline=args.offline) for j in listed]
-    if args.offline:
-        raise OrsgenError("--offline goes without TARGET: it checks the [tool.orsgen] targets' modules against their "
-                          "own snapshots (a module TARGET is offline already)")
+    if args.offline and not all(pipeline.is_module(t) for t in args.targets):  # a module TARGET: offline already
+        raise OrsgenError("--offline goes without TARGET, or with orsgen modules: it checks modules against their "
+                          "own snapshots, sending no request")
     output = args.output
     if output is None and len(args.targets) == 1 and not envs and not args.report and pipeline.is_module(args.targets[0]):
         output = Path(args.targets[0])  # a module knows its own target: itself, from its own snapshot

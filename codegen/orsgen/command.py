@@ -3,6 +3,7 @@
 `orsgen` says in one line what to install (`--help` and `--version` still answer)."""
 
 import importlib.util
+import os
 import sys
 
 from orsgen import __version__
@@ -18,6 +19,9 @@ USAGE = """usage: orsgen [TARGET ...] [-o FILE] [--check] [--diff] [--offline] [
 
 def main() -> int:
     argv = sys.argv[1:]
+    # transformers says "PyTorch was not found..." on import in an install without torch (--report's, eval's): an
+    # advice orsgen's commands never need, which would be the one line of noise on their stderr
+    os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
     if argv[:1] == ["serve"]:
         from orsgen import serve
 
@@ -47,7 +51,9 @@ def main() -> int:
 
 def without_generator(argv: list[str], missing: list[str]) -> int:
     """A training install: --help and --version answer (what argparse would, first one wins); the rest is refused."""
-    install = 'pip install "orsgen[generator]"'
+    from orsgen import extras
+
+    install = f"{extras.pip('generator')} (the generator extra)"
     for arg in argv:
         if arg == "--":
             break

@@ -92,7 +92,7 @@ OPTIONS = (
 )
 KEYS = {"target", "output"} | {o.name for o in OPTIONS}
 NO_TARGETS = ('run `orsgen TARGET -o FILE`, or list them in pyproject.toml, e.g. [tool.orsgen.targets.myenv] '
-              'target = "http://127.0.0.1:8000" output = "generated/myenv.py" (one key a line)')
+              'target = "http://127.0.0.1:8010" output = "generated/myenv.py" (one key a line)')
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

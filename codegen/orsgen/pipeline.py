@@ -10,7 +10,6 @@ The job (`config.Job`, frozen) carries every option from the command line or pyp
 
 import ast
 import contextlib
-import difflib
 import json
 import keyword
 import os
@@ -25,7 +24,7 @@ from typing import Any
 import black
 import jinja2
 
-from orsgen import check, config, model, normalize, pin, render, report, write
+from orsgen import check, config, model, normalize, pin, render, report, spelling, write
 from orsgen.builtin import templates
 from orsgen.config import Job, project_root
 from orsgen.errors import OrsgenError
@@ -123,10 +122,7 @@ def exists(target: str) -> None:
     path = Path(target)
     if target.startswith(("http://", "https://")) or path.suffix not in (".py", ".json") or path.exists():
         return
-    siblings = [p.name for p in path.parent.glob(f"*{path.suffix}")] if path.parent.is_dir() else []
-    close = difflib.get_close_matches(path.name, siblings, n=1, cutoff=0.8)
-    hint = f"did you mean {(path.parent / close[0]).as_posix()}? " if close else ""
-    raise OrsgenError(f"{target}: no such file ({hint}a TARGET is a server URL, a catalog owner/name, a /tools JSON "
+    raise OrsgenError(f"{target}: no such file ({spelling.did_you_mean(path)}a TARGET is a server URL, a catalog owner/name, a /tools JSON "
                       "file or an orsgen module to regenerate)")
 
 
@@ -247,7 +243,8 @@ def pinned_tasks(job: Job, source: Source, snap: dict[str, Any]) -> str:
 
 def summary(adapter: model.Adapter) -> str:
     names = ", ".join(t.wire_name for t in adapter.tools)
-    text = f"class {adapter.class_name}, {len(adapter.tools)} tools ({names})"
+    count = len(adapter.tools)
+    text = f"class {adapter.class_name}, {count} tool{'s' * (count != 1)} ({names})"
     for variant in adapter.variants:
         extra = ", ".join(t.wire_name for t in variant.tools)
         text += f"; class {variant.class_name} adds {extra} for tasks {_ranges(variant.tasks)}"

@@ -6,7 +6,7 @@ from typing import Any
 import black
 import jinja2
 
-from orsgen import __version__
+from orsgen import __version__, extras
 from orsgen.blackfast import MODE, format_module
 from orsgen.builtin import templates
 from orsgen.config import Job
@@ -29,7 +29,7 @@ def formatter_note() -> str | None:
     if pinned is None or pinned == black.__version__:
         return None
     return (f"note: black {black.__version__} is installed, orsgen {__version__} formats with black {pinned}: "
-            "the difference may be the formatter's (pip install 'orsgen[generator]')")
+            f"the difference may be the formatter's ({extras.pip('generator')})")
 
 
 def comment(text: str) -> str:

@@ -32,10 +32,11 @@ def seen_schemas(text: str, adapter: Adapter) -> dict[str, dict[str, Any]]:
     try:
         from transformers.utils import get_json_schema
     except ImportError:
+        from orsgen import extras
         from orsgen.errors import OrsgenError
 
-        raise OrsgenError("--report needs transformers (its get_json_schema; no torch, no TRL): the report extra, "
-                          'pip install "orsgen[report]", or pip install "transformers>=5.2"') from None
+        raise OrsgenError("--report needs transformers (its get_json_schema; no torch, no TRL): "
+                          f"{extras.pip('report')} (the report extra)") from None
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "orsgen_report_module.py"
         path.write_text(text, encoding="utf-8")

@@ -42,7 +42,7 @@ def parser() -> argparse.ArgumentParser:
     p = _Parser(prog="orsgen serve", allow_abbrev=False,
                 description="Serve ORS environments (openreward Environment subclasses) with the openreward SDK's "
                 "Server under uvicorn, until Ctrl-C. The first is also served at /; the current folder is importable.",
-                epilog="example: orsgen serve myenv:MyEnv --port 8000   (then: orsgen http://127.0.0.1:8000 -o "
+                epilog="example: orsgen serve myenv:MyEnv --port 8010   (then: orsgen http://127.0.0.1:8010 -o "
                 "generated/myenv.py)")
     p.add_argument("specs", nargs="+", metavar="MODULE:CLASS", help="an Environment subclass CLASS of module MODULE")
     p.add_argument("--port", type=_port, default=PORT, help=f"the port to listen on (default {PORT}; 0: a free one)")
@@ -70,6 +70,10 @@ def load(spec: str) -> type[Environment]:
         dotted = module_name.removesuffix(".py").strip("./").replace("/", ".").replace(os.sep, ".")
         raise ServeError(f"{module_name!r} is a file name: give the module's import name, {dotted}:{name or 'CLASS'}, "
                          "run from the folder that holds it")
+    if not colon and "." in module_name.strip("."):  # `shopenv.Shop`: the class after the last dot
+        module_part, _, class_part = module_name.strip(".").rpartition(".")
+        raise ServeError(f"{spec!r} is not MODULE:CLASS: a colon goes before the class, {module_part}:{class_part} "
+                         f"for class {class_part} in {_file_of(module_part)}")
     if not colon or not module_name or not name:
         raise ServeError(f"{spec!r} is not MODULE:CLASS: give the module and its Environment class, e.g. "
                          f"{module_name or 'myenv'}:{name or 'MyEnv'} for class {name or 'MyEnv'} in "

@@ -2,6 +2,7 @@
 
 import os
 import re
+import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -96,7 +97,13 @@ def read_json(path: Path, target: str) -> Any:
 def _from_url(url: str, env: str | None, probe: Probe) -> tuple[Source, dict[str, Any]]:
     api_key = os.environ.get("OPENREWARD_API_KEY", "")
     bare = wire.Server(url, deployment="", env=None, api_key=api_key)
-    envs = bare.request("GET", "/list_environments", deployment=False)
+    try:
+        envs = bare.request("GET", "/list_environments", deployment=False)
+    except wire.HTTPStatusError as exc:
+        hint = _env_path_hint(url, exc, api_key)
+        if hint is None:
+            raise
+        raise OrsgenError(f"{exc}: {hint}") from None
     if not isinstance(envs, list) or not envs or not all(isinstance(e, str) for e in envs):
         raise OrsgenError(f"{url}/list_environments did not return a list of environment names")
     chosen = _choose(envs, env, url)
@@ -104,6 +111,23 @@ def _from_url(url: str, env: str | None, probe: Probe) -> tuple[Source, dict[str
     source = Source(target=url, url=url, deployment=chosen, env=chosen, name=chosen, split="train", build=build)
     server = wire.Server(url, deployment=chosen, env=chosen, api_key=api_key, secrets=probe.secrets)
     return _with_tools(source, server, probe)
+
+
+def _env_path_hint(url: str, exc: wire.HTTPStatusError, api_key: str) -> str | None:
+    """A 404 for a URL with a path (`http://host:8010/shop`): an environment's path, where the server's base URL and
+    `--env` go; what to type instead, with the environments the base URL serves when it answers. None otherwise."""
+    parts = urllib.parse.urlsplit(url)
+    name = parts.path.strip("/").rsplit("/", 1)[-1]
+    if exc.status != 404 or not name:
+        return None
+    base = urllib.parse.urlunsplit((parts.scheme, parts.netloc.rsplit("@", 1)[-1], "", "", ""))
+    try:
+        envs = wire.Server(base, deployment="", env=None, api_key=api_key).request(
+            "GET", "/list_environments", deployment=False, timeout=5.0)
+    except OrsgenError:
+        envs = None
+    served = f" (it serves {', '.join(map(str, envs))})" if isinstance(envs, list) and envs else ""
+    return f"give the server's base URL and the environment as --env: orsgen {base} --env {name}{served}"
 
 
 def _from_catalog(name: str, env: str | None, probe: Probe) -> tuple[Source, dict[str, Any]]:

@@ -5,7 +5,7 @@ that parses tool calls, for tests of what talks to such an endpoint.
     with serving(path) as served:  # `transformers serve PATH --host 127.0.0.1 --port N --device cpu`
         OpenAI(base_url=served.url, api_key="EMPTY").chat.completions.create(model=served.model, ...)
 
-The model is examples/tiny.py's, taught on the echo environment's eight tasks ("Echo the word apple" -> the
+The model is orsgen.tiny's (python -m orsgen.tiny), taught on the echo environment's eight tasks ("Echo the word apple" -> the
 assistant calls echo(text="apple") -> the tool answers "apple" -> the assistant says "apple") until it gets every
 assistant token of them right. `save_pretrained` writes the chat template (chat_template.jinja) and the response
 template (the "response_template" key of tokenizer_config.json); the server reads the latter back as
@@ -28,7 +28,6 @@ Nothing here imports pytest.
 
 import contextlib
 import json
-import math
 import os
 import subprocess
 import sys
@@ -41,7 +40,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from examples import tiny
+from orsgen import tiny
+
 from examples.echo import WORDS
 from examples.serve import HOST, free_port
 from tests.harness import processes
@@ -49,9 +49,7 @@ from tests.harness import processes
 __all__ = ["HOST", "MARKER", "Served", "build_info", "command", "echo_conversations", "echo_tools", "serving", "start",
            "tiny_model_dir"]
 
-MARKER = "orsgen-tiny.json"  # written last into a built directory: its settings and how the warm-up went
-LEARNING_RATE = 1e-2
-STREAK = 5  # consecutive steps with every assistant token right before the warm-up stops
+MARKER = tiny.MARKER  # written last into a built directory: its settings and how the warm-up went
 
 # What the server's process gets on top of os.environ: nothing from a hub, no telemetry, no update check, CPU only,
 # one thread (the model is tiny; the machine is shared).
@@ -116,7 +114,7 @@ def tiny_model_dir(
     path = Path(path)
     tools = list(tools) if tools is not None else echo_tools()
     settings = {"steps": steps, "tools": tools, "words": list(words), "seed": seed, "sample": sample,
-                "lr": LEARNING_RATE}
+                "lr": tiny.LEARNING_RATE}
     done = build_info(path)
     if done is not None and done.get("settings") == settings:
         return path
@@ -131,10 +129,9 @@ def tiny_model_dir(
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # on 2 busy cores, 1 thread is 7 s where 2 take up to a minute (the same steps)
     try:
-        warm = _warm_up(lm, tok, conversations, tools, steps)
-        lm.eval()
+        warm = tiny.warm_up(lm, tok, [(c, tools) for c in conversations], steps)
         lm.generation_config.do_sample = sample
-        calls = [_first_turn(lm, tok, tools, word) for word in words]
+        calls = [tiny.first_turn(lm, tok, tools, f"Echo the word {word}") for word in words]
     finally:
         torch.set_num_threads(threads)
     warm["echoed"] = sum(call == tiny.call_text("echo", {"text": word}) for call, word in zip(calls, words))
@@ -144,62 +141,6 @@ def tiny_model_dir(
     warm["seconds"] = round(time.monotonic() - start, 1)
     (path / MARKER).write_text(json.dumps({"settings": settings, **warm}, indent=1))
     return path
-
-
-def _warm_up(lm: Any, tok: Any, conversations: list[list[dict[str, Any]]], tools: list[dict[str, Any]],
-             steps: int) -> dict[str, Any]:
-    """Supervised steps on the assistant turns, all episodes in each step, until every assistant token is the
-    model's top guess for STREAK steps in a row (then a greedy decode replays the episodes exactly), or `steps`.
-    tiny.warm_up's fixed 3e-3 with random batches of 16 needs far more steps to learn to copy the word."""
-    import torch
-
-    rows = []
-    for conv in conversations:
-        enc = tok.apply_chat_template(
-            conv, tools=tools, tokenize=True, return_dict=True, return_assistant_tokens_mask=True
-        )
-        ids = torch.tensor(enc["input_ids"])
-        labels = ids.clone()
-        labels[torch.tensor(enc["assistant_masks"]) == 0] = -100
-        rows.append((ids, labels))
-    width = max(len(ids) for ids, _ in rows)
-    ids = torch.full((len(rows), width), tok.pad_token_id)
-    labels = torch.full((len(rows), width), -100)
-    mask = torch.zeros((len(rows), width), dtype=torch.long)
-    for i, (a, b) in enumerate(rows):
-        ids[i, : len(a)], labels[i, : len(b)], mask[i, : len(a)] = a, b, 1
-    targets = labels[:, 1:]
-    scored = targets != -100
-
-    optimizer = torch.optim.AdamW(lm.parameters(), lr=LEARNING_RATE)
-    lm.train()
-    streak, step, loss = 0, 0, math.nan
-    while step < steps:
-        out = lm(input_ids=ids, attention_mask=mask, labels=labels)
-        loss = float(out.loss.item())
-        right = bool((out.logits[:, :-1].argmax(-1)[scored] == targets[scored]).all())
-        streak = streak + 1 if right else 0
-        if streak >= STREAK:
-            break
-        out.loss.backward()
-        torch.nn.utils.clip_grad_norm_(lm.parameters(), 1.0)
-        optimizer.step()
-        optimizer.zero_grad()
-        step += 1
-    return {"warm_up_steps": step, "loss": round(loss, 5), "all_tokens_right": streak >= STREAK}
-
-
-def _first_turn(lm: Any, tok: Any, tools: list[dict[str, Any]], word: str) -> str:
-    """The model's greedy answer to "Echo the word WORD", as text with its special tokens."""
-    import torch
-
-    enc = tok.apply_chat_template(
-        [{"role": "user", "content": f"Echo the word {word}"}],
-        tools=tools, add_generation_prompt=True, return_dict=True, return_tensors="pt",
-    )
-    with torch.no_grad():
-        out = lm.generate(**enc, max_new_tokens=48, do_sample=False)
-    return str(tok.decode(out[0, enc["input_ids"].shape[-1]:]))
 
 
 @dataclass

@@ -74,3 +74,26 @@ def test_the_snapshots_other_keys_and_the_options_changed_are_lines_too():
                               {"tools": {"bash": {"timeout": 60.0}}, "max-images": 2}) == [
         "~ option async-tools: true -> (not set)", "~ option max-images: (not set) -> 2",
         "~ option tools.bash.timeout: 30.0 -> 60.0"]
+
+
+def order(city_type: str = "string", **address_fields):
+    """A tool whose nested argument `ship_to` is a class of its own (`$defs/Address`, as pydantic writes it), used
+    through another class (`Parcel`) by `parcel`."""
+    address = {"type": "object", "properties": {"city": {"type": city_type}, **address_fields}, "required": ["city"]}
+    return {"name": "order", "description": "Order.", "input_schema": {
+        "type": "object", "$defs": {"Address": address, "Parcel": {"type": "object", "properties": {
+            "to": {"$ref": "#/$defs/Address"}}}},
+        "properties": {"item": {"type": "string"}, "ship_to": {"$ref": "#/$defs/Address"},
+                       "parcel": {"$ref": "#/$defs/Parcel"}}, "required": ["item", "ship_to"]}}
+
+
+def test_a_nested_arguments_field_is_named_with_the_arguments_that_use_it():
+    """Issue 44: a changed field of a nested argument said only `schema $defs changed`."""
+    assert bounds.changes([order()], [order("integer", zip={"type": "string"})]) == [
+        "~ order: argument ship_to, parcel: Address.zip added",
+        "~ order: argument ship_to, parcel: Address.city: type changed"]
+    inline = echo()
+    inline["input_schema"]["properties"]["text"] = {"type": "object", "properties": {"body": {"type": "string"}}}
+    changed = echo()
+    changed["input_schema"]["properties"]["text"] = {"type": "object", "properties": {"body": {"type": "integer"}}}
+    assert bounds.changes([inline], [changed]) == ["~ echo: argument text.body: type changed"]

@@ -103,3 +103,16 @@ def test_resume_and_compare_take_no_bar():
 ])
 def test_what_of_an_endpoint_url_may_be_saved_or_shown(url, shown, dropped):
     assert options.public(url) == (shown, dropped)
+
+
+def test_resume_takes_the_runs_own_arguments_typed_again_and_refuses_others(tmp_path):
+    """Issue 44: `orsgen eval gen/x.py --model m -n 2 --resume DIR`, as a user retypes the run, was refused."""
+    run = run_of("-k", "3", "--tasks", "0-1", "--reward", "total_reward", "--temperature", "0.5")
+    (tmp_path / "run.json").write_text(json.dumps({"run": run.saved()}))
+    same = options.invocation(["./graded.py", "--model", "m", "-k", "3", "--tasks", "0,1", "--reward", "total_reward",
+                               "--temperature", "0.5", "--resume", str(tmp_path)])
+    assert same.run is None and same.resume == tmp_path  # the run's own: run.json is what is repeated
+    with pytest.raises(OrsgenError) as refused:
+        options.invocation(["graded.py", "--model", "other", "-k", "3", "--resume", str(tmp_path)])
+    assert str(refused.value) == (f"--resume {tmp_path} repeats the run recorded in its run.json: drop --model (the run "
+                                  "has --model m) (or start a new run with --out)")

@@ -42,7 +42,7 @@ def parser() -> argparse.ArgumentParser:
                 "answer and refuse bad arguments, isolation between sessions, determinism, rewards a trivial policy "
                 "earns, its lifecycle, latency and output sizes.",
                 epilog="examples:\n  orsgen doctor myenv:MyEnv                 serve it on 127.0.0.1 and check it\n"
-                "  orsgen doctor http://127.0.0.1:8000 --json\n  orsgen doctor generated/seta.py --endpoint "
+                "  orsgen doctor http://127.0.0.1:8010 --json\n  orsgen doctor generated/seta.py --endpoint "
                 "http://127.0.0.1:8001/v1 --model Qwen/Qwen3-4B\nexit codes: 0 every check passed, 1 a check failed, "
                 "2 could not run")
     p.add_argument("target", metavar="TARGET", help="a URL, a catalog owner/name, a generated module, or "
@@ -112,7 +112,7 @@ def _doctor(args: argparse.Namespace, live: Live, began: float) -> int:
                                                            args.rollouts)))
     steps += [("reward probes", rewards.run), ("lifecycle", lifecycle.run), ("latency and size", lifecycle.latency)]
     if not args.json:
-        print(f"orsgen doctor: {live.name} at {live.where} ({len(facts.tools)} tools)", flush=True)
+        print(f"orsgen doctor: {live.name} at {live.where} ({len(facts.tools)} tool{'s' * (len(facts.tools) != 1)})", flush=True)
     checks: list[Check] = []
     try:
         for name, step in steps:

@@ -151,7 +151,9 @@ def fidelity_report(facts: Facts) -> tuple[list[str], dict[str, Any]]:
     try:
         from orsgen import pipeline, report
     except ImportError:
-        return ['the fidelity report needs the generator: pip install "orsgen[generator,report]"'], {}
+        from orsgen import extras
+
+        return [f"the fidelity report needs the generator: {extras.pip('generator', 'report')}"], {}
     try:
         text, adapter = pipeline.build(facts.live.origin, facts.live.snapshot)
         shown, differences = report.render(text, adapter)

@@ -65,8 +65,10 @@ def _module(facts: Facts, folder: Path) -> Path:
         from orsgen import pipeline
         from orsgen.model import naming
     except ImportError:
-        raise OrsgenError('--endpoint on a server needs the generator to render its module: pip install '
-                          '"orsgen[generator,eval]", or give a generated module as TARGET') from None
+        from orsgen import extras
+
+        raise OrsgenError(f"--endpoint on a server needs the generator to render its module: "
+                          f"{extras.pip('generator', 'eval')}, or give a generated module as TARGET") from None
     text, _ = pipeline.build(live.origin, live.snapshot)
     path = folder / f"orsgen_doctor_{naming.module_name(live.name)}.py"
     path.write_text(text, encoding="utf-8")

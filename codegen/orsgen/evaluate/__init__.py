@@ -61,7 +61,8 @@ def measure(invocation: Invocation) -> int:
     done = {_key(r) for r in figures.latest(records)} - set(again)
     todo = [work for work in plan if work.key not in done]
     first = plan[0].member
-    limiter = pool.Limiter(min(invocation.concurrency, max(len(todo), 1)))
+    concurrency = _concurrency(folder, invocation.concurrency)
+    limiter = pool.Limiter(min(concurrency, max(len(todo), 1)))
     model = endpoint.Endpoint(url, run.model, _sampling(run), invocation.timeout, busy=limiter.busy)
     try:
         if todo:
@@ -72,7 +73,7 @@ def measure(invocation: Invocation) -> int:
     except BaseException:
         model.close()
         raise
-    _save_run(folder, run, url, members, invocation.resume is None)
+    _save_run(folder, run, url, members, concurrency, invocation.resume is None)
     watcher, stop = episode.Watcher(busy=limiter.busy), threading.Event()
     watcher.specs.update(_specs(todo))
     shown = progress.Progress(len(todo))
@@ -258,8 +259,10 @@ def _need_transformers() -> None:
     try:
         import transformers.utils  # noqa: F401
     except ImportError:
-        raise OrsgenError('orsgen eval needs transformers (its get_json_schema makes the tools TRL offers the model): '
-                          'pip install "orsgen[eval]"') from None
+        from orsgen import extras
+
+        raise OrsgenError("orsgen eval needs transformers (its get_json_schema makes the tools TRL offers the model): "
+                          f"{extras.pip('eval')} (the eval extra)") from None
 
 
 def _plan(members: list[Any], run: Run) -> list[Any]:
@@ -363,7 +366,18 @@ def _rewards(member: Any, names: tuple[str, ...]) -> tuple[Any, ...]:
     return tuple(found)
 
 
-def _save_run(folder: Path, run: Run, url: str | None, members: list[Any], new: bool) -> None:
+def _concurrency(folder: Path, given: int | None) -> int:
+    """Episodes at once: --concurrency, else what the resumed run's run.json says it ran with, else CONCURRENCY."""
+    if given is not None:
+        return given
+    try:
+        saved = json.loads((folder / RUN).read_text(encoding="utf-8")).get("concurrency")
+    except (OSError, ValueError, AttributeError):  # a new run
+        saved = None
+    return saved if isinstance(saved, int) and not isinstance(saved, bool) and saved >= 1 else options.CONCURRENCY
+
+
+def _save_run(folder: Path, run: Run, url: str | None, members: list[Any], concurrency: int, new: bool) -> None:
     from orsgen.runtime import jsontext
     from orsgen.write import atomic
 
@@ -371,6 +385,7 @@ def _save_run(folder: Path, run: Run, url: str | None, members: list[Any], new: 
         return
     shown, withheld = options.public(url)  # a user:password@ or ?api-key= is used, never saved
     saved = {"run": run.saved(), "endpoint": shown, **({"endpoint_withheld": withheld} if withheld else {}),
+             "concurrency": concurrency,  # how it ran, not what it measures: --resume runs as many at once
              "environments": [{"name": m.name, "module": m.module.__name__, "snapshot": m.snapshot} for m in members]}
     atomic(folder / RUN, jsontext.dumps(saved, indent=1) + "\n")
 
@@ -404,7 +419,9 @@ def _finish(folder: Path, run: Run, url: str | None, members: list[Any], plan: l
         plot.draw(summary, rewards, f"{run.model} on {', '.join(names)}", folder / PICTURE)
         picture = f", {folder / PICTURE}"
     else:
-        picture = ' (a picture too with matplotlib: pip install "orsgen[plot]")'
+        from orsgen import extras
+
+        picture = f" (a picture too with matplotlib: {extras.pip('plot')}, the plot extra)"
     print(report.render(summary, about, markdown=invocation.format == "markdown"), end="")
     print(f"orsgen eval: {folder / SUMMARY}, {folder / RECORDS}{picture}", file=sys.stderr)
     if invocation.keep_passing is not None:

@@ -229,11 +229,35 @@ class Endpoint:
         if status in (401, 403):
             return f"{where} refused the API key ({status}): set OPENAI_API_KEY"
         if status == 404:
+            served = _ors_environments(self.url or os.environ.get("OPENAI_BASE_URL"))
+            if served is not None:  # the environment's server, given where the model's goes
+                return (f"{where} answered 404: it is an ORS environment server (it serves {', '.join(served)}), not "
+                        "a model's endpoint: --base-url is the /v1 address of the model's server (transformers serve, "
+                        "vLLM, ...), on a port of its own")
             return f"{where} answered 404 for model {self.model!r}: {message} (--model, --base-url ending in /v1?)"
         if status == 400 and tools_sent and "tool" in message.lower():
             return (f"{where} does not take tool calls: {message} (vLLM: --enable-auto-tool-choice --tool-call-parser "
                     "NAME; SGLang: --tool-call-parser NAME)")
         return f"{where} answered {status or 'an error'}{f': {message}' if message else ''}"
+
+
+def _ors_environments(url: str | None) -> list[str] | None:
+    """The environments an ORS server at `url` (or at it without its /v1) lists, or None when it answers as no ORS
+    server does: one request each, a second at most."""
+    import urllib.request
+
+    if not url:
+        return None
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    for base in dict.fromkeys([url.rstrip("/").removesuffix("/v1"), url.rstrip("/")]):
+        try:
+            with opener.open(f"{base}/list_environments", timeout=1.0) as answer:
+                found = json.loads(answer.read(65536))
+        except (OSError, ValueError):
+            continue
+        if isinstance(found, list) and found and all(isinstance(name, str) for name in found):
+            return [_line(name, 40) for name in found[:5]]
+    return None
 
 
 class _Malformed(Exception):

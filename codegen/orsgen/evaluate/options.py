@@ -7,6 +7,7 @@ import argparse
 import bisect
 import json
 import math
+import os
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, fields
@@ -141,7 +142,7 @@ class Invocation:
     base_url: str | None  # --base-url as given (None: OPENAI_BASE_URL, read where the run's endpoint is chosen)
     out: Path | None
     resume: Path | None
-    concurrency: int
+    concurrency: int | None  # None: what the resumed run used, else CONCURRENCY
     timeout: float
     format: str
     keep_passing: Path | None
@@ -154,10 +155,12 @@ class _Parser(argparse.ArgumentParser):
 
 
 EPILOG = """examples:
-  orsgen eval generated/seta.py --base-url http://127.0.0.1:8000/v1 --model Qwen/Qwen3-4B -n 50 -k 4
+  orsgen eval generated/seta.py --base-url http://127.0.0.1:8020/v1 --model Qwen/Qwen3-4B -n 50 -k 4
   orsgen eval seta --model gpt-4.1-mini --tasks 0-99 --out runs/eval-base     a [tool.orsgen] target
   orsgen eval --resume runs/eval-base                                           the episodes still missing
   orsgen eval --compare runs/eval-base runs/eval-trained --format markdown      before and after, task by task
+a model on this machine: transformers serve DIR --port 8020 (on CPU, one that calls your tools: python -m orsgen.tiny
+  MODULE -o DIR, its environment served), then --base-url http://127.0.0.1:8020/v1 --model DIR
 environment: OPENAI_BASE_URL and OPENAI_API_KEY (the endpoint, as the openai client reads them), OPENREWARD_API_KEY
 exit codes: 0 done, 2 bad input or an endpoint or environment that cannot run an episode, 130 interrupted (resumable)
 """
@@ -171,7 +174,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("target", nargs="?", metavar="TARGET", help="a generated module or bundle (.py), or a "
                    "[tool.orsgen] target name")
     p.add_argument("--model", help="the model name the endpoint serves")
-    p.add_argument("--base-url", help="the endpoint, e.g. http://127.0.0.1:8000/v1 (default: OPENAI_BASE_URL)")
+    p.add_argument("--base-url", help="the endpoint, e.g. http://127.0.0.1:8020/v1 (default: OPENAI_BASE_URL)")
     p.add_argument("-n", "--num-tasks", type=_count, metavar="N", help="the first N tasks of the split (default: all)")
     p.add_argument("--tasks", type=_tasks, metavar="SPEC", help="task indices: 0-99, or 3,5,10-19")
     p.add_argument("-k", "--rollouts", type=_count, default=1, metavar="K", help="episodes per task (default 1)")
@@ -187,8 +190,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--reward", action="append", default=[], metavar="NAME", help="a reward function of the module "
                    "(total_reward, ...), run before get_reward() as TRL runs reward_funcs; repeatable")
     p.add_argument("--unscored-reward", type=float, metavar="X", help="the adapter's unscored_reward")
-    p.add_argument("--concurrency", type=_count, default=CONCURRENCY, metavar="N", help=f"episodes at once (default "
-                   f"{CONCURRENCY}, halved while the endpoint or the environment answers 429)")
+    p.add_argument("--concurrency", type=_count, metavar="N", help=f"episodes at once (default {CONCURRENCY}, or "
+                   "what a resumed run used; halved while the endpoint or the environment answers 429)")
     p.add_argument("--timeout", type=float, default=TIMEOUT, metavar="S", help=f"seconds per model reply (default "
                    f"{TIMEOUT:g})")
     p.add_argument("--out", type=Path, metavar="DIR", help="where the run goes (default: evals/ENV-MODEL-TIME)")
@@ -227,22 +230,52 @@ def _tasks(text: str) -> Tasks:
     return found
 
 
+def _flag(name: str) -> str:
+    return "TARGET" if name == "target" else "--" + name.replace("_", "-")
+
+
+def _differing(args: argparse.Namespace, given: set[str], folder: Path) -> dict[str, str]:
+    """The options given with --resume that differ from what its run recorded, each with what the run had (all of
+    them when its run.json cannot be read: `measure` says why)."""
+    try:
+        run = Run.load(folder)
+    except OrsgenError:
+        return {name: "" for name in given}
+    found = {}
+    for name in given:
+        value, field = getattr(args, name), "rewards" if name == "reward" else name
+        saved = getattr(run, field)
+        same = (os.path.normpath(value) == os.path.normpath(saved) if name == "target" else
+                tuple(value) == saved if name == "reward" else value == saved)
+        if not same:
+            found[name] = f" (the run has {_flag(name) if name != 'target' else 'TARGET'} {_shown(saved)})"
+    return found
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, tuple):
+        return " ".join(value) or "none"
+    return "none" if value is None else str(value)
+
+
 def invocation(argv: list[str]) -> Invocation:
     args = parser().parse_args(argv)
     given = {name for name in ("target", "model", "num_tasks", "tasks", "split", "temperature", "top_p", "max_tokens",
                                "seed", "pass_threshold", "unscored_reward") if getattr(args, name) is not None}
     given |= {name for name, default in (("rollouts", 1), ("max_turns", MAX_TURNS), ("reward", []))
               if getattr(args, name) != default}
-    flags = ", ".join(sorted("--" + name.replace("_", "-") if name != "target" else "TARGET" for name in given))
+    flags = ", ".join(sorted(_flag(name) for name in given))
     if args.compare:
         if given or args.resume or args.out or args.keep_passing:
             raise OrsgenError(f"--compare A B reads two finished runs: drop {flags or '--resume/--out/--keep-passing'}")
         return Invocation(None, None, None, None, args.concurrency, args.timeout, args.format, None,
                           (args.compare[0], args.compare[1]))
     if args.resume:
-        if given:
-            raise OrsgenError(f"--resume {args.resume} repeats the run recorded in its run.json: drop {flags} (or start "
-                              "a new run with --out)")
+        differing = _differing(args, given, args.resume)  # the run's own arguments, typed again, are what it repeats
+        if differing:
+            named = ", ".join(sorted(_flag(name) for name in differing))
+            raise OrsgenError(f"--resume {args.resume} repeats the run recorded in its run.json: drop {named}"
+                              f"{differing[min(differing)]} (or start a new run with --out)")
         if args.out:
             raise OrsgenError("--resume DIR writes into DIR: drop --out")
         run = None

@@ -12,7 +12,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from orsgen import config
+from orsgen import config, spelling
 from orsgen.errors import OrsgenError
 
 
@@ -95,8 +95,8 @@ def _path(target: str) -> Path:
     path = Path(target)
     if path.suffix == ".py":
         if not path.is_file():
-            raise OrsgenError(f"{target}: no such file (a TARGET is a generated module, a bundle, or a [tool.orsgen] "
-                              "target name)")
+            raise OrsgenError(f"{target}: no such file ({spelling.did_you_mean(path)}a TARGET is a generated module, "
+                              "a bundle, or a [tool.orsgen] target name)")
         return path
     pyproject = config.find(Path.cwd())
     try:

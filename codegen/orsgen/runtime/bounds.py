@@ -11,6 +11,8 @@ would reach the model's context through `get_json_schema`.
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
 from typing import Any
 
 MAX_DEPTH = 48  # JSON levels of an input schema; a deeper object is replaced by {"$comment": DEPTH_CUT} (any value)
@@ -81,23 +83,67 @@ def _tool_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     found = ["description changed"] if old.get("description") != new.get("description") else []
     a, b = _object(old.get("input_schema")), _object(new.get("input_schema"))
     props_a, props_b = _object(a.get("properties")), _object(b.get("properties"))
-    found += [f"argument {n} added" for n in props_b if n not in props_a]
-    found += [f"argument {n} removed" for n in props_a if n not in props_b]
-    for n in props_b:
-        if n in props_a and props_a[n] != props_b[n]:
-            x, y = _object(props_a[n]), _object(props_b[n])
-            keys = sorted(k for k in set(x) | set(y) if x.get(k) != y.get(k))
-            found.append(f"argument {n}: {', '.join(keys) or 'schema'} changed")
-    req_a, req_b = set(_names(a.get("required"))), set(_names(b.get("required")))
-    found += [f"argument {n} now required" for n in sorted(req_b - req_a) if n in props_a]
-    found += [f"argument {n} now optional" for n in sorted(req_a - req_b) if n in props_b]
+    found += _fields(a, b, lambda n: f"argument {n}")
     if list(props_a) != list(props_b) and set(props_a) == set(props_b):
         found.append("argument order changed")
-    rest = sorted(k for k in set(a) | set(b) if k not in ("properties", "required") and a.get(k) != b.get(k))
+    defs_a, defs_b = _object(a.get("$defs")), _object(b.get("$defs"))
+    for name in sorted(set(defs_a) | set(defs_b), key=str):
+        x, y = defs_a.get(name), defs_b.get(name)
+        if x != y:  # a nested argument's class: said by the arguments that use it, field by field
+            users = _users(name, props_b or props_a, defs_b or defs_a)
+            where = f"argument {', '.join(users)}: " if users else ""
+            found += [where + change for change in (_node_changes(str(name), _object(x), _object(y)) if x and y else
+                                                    [f"{name} {'added' if y else 'removed'}"])]
+    rest = sorted(k for k in set(a) | set(b) if k not in ("properties", "required", "$defs") and a.get(k) != b.get(k))
     found += [f"schema {k} changed" for k in rest]
     found += [f"{k} changed" for k in sorted(set(old) | set(new)) if k not in ("description", "input_schema", "name")
               and old.get(k) != new.get(k)]
     return found or ["changed"]
+
+
+def _fields(x: dict[str, Any], y: dict[str, Any], named: Callable[[str], str]) -> list[str]:
+    """An object schema's fields added, removed, changed (`_node_changes`), now required or optional, each said as
+    `named(field)`."""
+    fields_x, fields_y = _object(x.get("properties")), _object(y.get("properties"))
+    found = [f"{named(n)} added" for n in fields_y if n not in fields_x]
+    found += [f"{named(n)} removed" for n in fields_x if n not in fields_y]
+    for n in fields_y:
+        if n in fields_x and fields_x[n] != fields_y[n]:
+            found += _node_changes(named(n), _object(fields_x[n]), _object(fields_y[n]))
+    req_x, req_y = set(_names(x.get("required"))), set(_names(y.get("required")))
+    found += [f"{named(n)} now required" for n in sorted(req_y - req_x) if n in fields_x]
+    found += [f"{named(n)} now optional" for n in sorted(req_x - req_y) if n in fields_y]
+    return found
+
+
+def _node_changes(path: str, x: dict[str, Any], y: dict[str, Any]) -> list[str]:
+    """How one schema node changed: an object's fields by name (`path.field added`, `path.field: type changed`),
+    then its own keys (`path: type changed`). Its depth is bounded (MAX_DEPTH): so is the recursion."""
+    found = _fields(x, y, lambda n: f"{path}.{n}")
+    keys = sorted(k for k in set(x) | set(y) if k not in ("properties", "required") and x.get(k) != y.get(k))
+    if keys or not found:
+        found.append(f"{path}: {', '.join(keys) or 'schema'} changed")
+    return found
+
+
+def _users(name: Any, arguments: dict[str, Any], defs: dict[str, Any]) -> list[str]:
+    """The arguments whose schema refers to `$defs/name`, directly or through other definitions."""
+    def refs(node: Any) -> set[str]:
+        text = json.dumps(node, default=str)
+        return {d for d in map(str, defs) if f'"#/$defs/{d}"' in text}
+
+    reach: dict[str, set[str]] = {str(d): refs(defs[d]) for d in defs}
+    found = []
+    for argument, schema in arguments.items():
+        seen, todo = set(), refs(schema)
+        while todo:
+            d = todo.pop()
+            if d not in seen:
+                seen.add(d)
+                todo |= reach.get(d, set())
+        if str(name) in seen:
+            found.append(str(argument))
+    return found
 
 
 def _object(node: Any) -> dict[str, Any]:

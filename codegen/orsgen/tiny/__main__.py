@@ -1,0 +1,3 @@
+from orsgen.tiny.command import main
+
+raise SystemExit(main())
