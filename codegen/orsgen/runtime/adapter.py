@@ -17,15 +17,14 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Coroutine, Iterator, Mapping
+from collections.abc import Coroutine, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from orsgen.runtime import ahead, calls, client, messages, scoring, sessions, settings, trl
-from orsgen.runtime.budgets import Budgets, no_answer
+from orsgen.runtime import ahead, calls, client, messages, scoring, sessions, settings, toolcall, trl
+from orsgen.runtime.budgets import Budgets
 from orsgen.runtime.episode import Episode, Unscored, session_opened
-from orsgen.runtime.errors import DriftError, TimedOut, ToolError
+from orsgen.runtime.errors import DriftError
 from orsgen.runtime.sessions import Connection, Planned
-from orsgen.runtime.toolerrors import failures, short, tool_error
 
 if TYPE_CHECKING:
     from openreward.api.environments.client import AsyncEnvironment, AsyncSession
@@ -427,17 +426,7 @@ class Adapter:
         episode = self._episode_now
         if episode.opening is not None:
             self._settle(episode.opening)
-        with self._reporting(episode, name, arguments) as result:
-            session = episode.usable(name)
-            limit, own = episode.budgets.timeout(name)
-            try:
-                output = client.loop().run(session.call_tool(name, _payload(arguments)), "tool", limit)
-            except TimeoutError as exc:
-                raise self._timed_out(episode, name, limit, own, exc) from None
-            except failures() as exc:
-                raise self._failed(episode, name, exc) from None
-            result.extend(episode.record(name, output))
-        return result[0]
+        return toolcall.run(toolcall.steps(episode, name, _payload(arguments)))  # type: ignore[no-any-return]
 
     async def _acall(self, name: str, arguments: dict[str, Any]) -> str:
         """`_call` for `async def` tools: awaits on the caller's loop (never blocking it) while the runtime's loop
@@ -451,19 +440,7 @@ class Adapter:
             with contextlib.suppress(Exception):  # settled below, with the one message for it
                 await asyncio.wait_for(asyncio.wrap_future(opening), episode.settings.reset_timeout)
             self._settle(opening)
-        with self._reporting(episode, name, arguments) as result:
-            session = episode.usable(name)
-            limit, own = episode.budgets.timeout(name)
-            future = client.loop().submit(asyncio.wait_for(session.call_tool(name, _payload(arguments)), limit))
-            try:
-                output = await asyncio.wrap_future(future)
-            except TimeoutError:
-                raise TimedOut(no_answer(name, limit) if own else
-                               f"{name} failed: no answer within {limit:g}s (ORSGEN_TOOL_TIMEOUT)") from None
-            except failures() as exc:
-                raise self._failed(episode, name, exc) from None
-            result.extend(episode.record(name, output))
-        return result[0]
+        return await toolcall.arun(toolcall.steps(episode, name, _payload(arguments)))  # type: ignore[no-any-return]
 
     def _batch_turn(self) -> None:
         """At the first call of a turn of GRPOTrainer's tool loop, start the turn's calls of its later rollouts
@@ -490,35 +467,7 @@ class Adapter:
     async def _call_ahead(self, name: str, arguments: dict[str, Any]) -> Any:
         """A call started ahead of TRL's (calls.py), on the runtime's loop: what `_call` sends and records, with the
         outcome TRL's own call would have had, reported once (its hooks run on the runtime's loop thread)."""
-        episode, began = self._episode_now, time.perf_counter()
-        try:
-            session = episode.usable(name)
-            limit, own = episode.budgets.timeout(name)
-            try:
-                output = await asyncio.wait_for(session.call_tool(name, arguments), limit)
-            except TimeoutError:  # the text client.Loop.run gives an in-line call
-                raise self._timed_out(episode, name, limit, own,
-                                      TimeoutError(f"no answer within {limit:g}s (ORSGEN_TOOL_TIMEOUT)")) from None
-            except failures() as exc:
-                raise self._failed(episode, name, exc) from None
-            result, cut = episode.record(name, output)
-        except ToolError as exc:
-            episode.called(name, arguments, began, None, exc)
-            raise
-        episode.called(name, arguments, began, result, None, cut)
-        return result
-
-    @contextlib.contextmanager
-    def _reporting(self, episode: Episode[Adapter], name: str, arguments: dict[str, Any]) -> Iterator[list[Any]]:
-        """Times a tool call and reports it (tool_call hook) with the result and its budget's cut put in the list,
-        or its ToolError."""
-        began, result = time.perf_counter(), list[Any]()
-        try:
-            yield result
-        except ToolError as exc:
-            episode.called(name, _payload(arguments), began, None, exc)
-            raise
-        episode.called(name, _payload(arguments), began, result[0], None, result[1])
+        return await toolcall.arun(toolcall.steps(self._episode_now, name, arguments), here=True)
 
     def _settle(self, opening: concurrent.futures.Future[Any]) -> None:
         """The session opened in the background (the first call waits, bounded); a failure or a stale prompt voids
@@ -550,28 +499,6 @@ class Adapter:
         that did not start, or whose live prompt differed, gives None, never `unscored_reward`."""
         if self._episode_now.opening is not None and self._episode_now.expected is not None:
             self._settle(self._episode_now.opening)
-
-    def _timed_out(self, episode: Episode[Adapter], name: str, limit: float, own: bool,
-                   exc: BaseException) -> TimedOut:
-        """The ToolError of a call with no answer within its bound: its tool's own timeout, or tool_timeout's (the
-        text a failed call has). The session is not ended: the server may still be running the tool."""
-        return TimedOut(no_answer(name, limit) if own else str(self._failed(episode, name, exc)))
-
-    def _failed(self, episode: Episode[Adapter], name: str, exc: BaseException) -> ToolError:
-        """The ToolError of a failed call. A tool that raised, or a session the server dropped, ends the session
-        (the SDK closes it and refuses every later call); so does a 404, a server that no longer has the session
-        (it restarted, or reaped it): the episode is then finished, and says so."""
-        from openreward.api.errors import SessionTerminatedError, ToolFailed
-
-        error = tool_error(name, exc)
-        if isinstance(exc, (ToolFailed, SessionTerminatedError)):
-            why = "the environment ended the session"
-        elif client.status(exc) == 404:
-            why = "the environment no longer has the session (it restarted, or ended it)"
-        else:
-            return error
-        episode.ended_by_environment(str(error))
-        return ToolError(short(f"{error}; {why}: the episode is over"))
 
     # -- closing -------------------------------------------------------------------------------------------------
 
