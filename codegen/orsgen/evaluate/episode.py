@@ -1,7 +1,8 @@
 """One evaluation episode, as GRPOTrainer runs a rollout (trl-contract §2.3-2.5), with the model behind an endpoint:
 `reset(**row)` appended to the row's prompt, the model's tool calls made on the adapter's own methods in order with
 TRL's result and error texts, at most `max_turns` rounds of them, then the reward functions named and `get_reward()`
-summed as TRL sums them. What the runtime's hooks saw makes the episode's trajectory record (`trajectories.build`).
+summed as TRL sums them. The runtime's recorder keeps what its hooks saw of the episode (its trace), from which its
+trajectory record is built (`trajectories.build`) and written.
 
 A reply the endpoint failed is the episode's `error` (unscored, `endpoint_error`). A conversation the endpoint refused
 because it holds the model's own tool call that is not JSON ends the episode as TRL ends a rollout whose call it
@@ -20,8 +21,9 @@ from typing import Any
 from orsgen.evaluate.endpoint import Endpoint, EndpointError, ModelError
 from orsgen.evaluate.target import Member, tool_methods
 from orsgen.runtime import hooks, trajectories
-from orsgen.runtime.adapter import close_episode, secrets_of, task_spec
+from orsgen.runtime.adapter import close_episode, episode_of, secrets_of, task_spec
 from orsgen.runtime.errors import DriftError, StartError, WrongServer
+from orsgen.runtime.recorder import Recorder
 
 
 @dataclass(frozen=True)
@@ -46,56 +48,41 @@ class Fatal(Exception):
     """What ends the run (the environment is down, its tools drifted): one line."""
 
 
-@dataclass
-class Seen:
-    """The hook records of one adapter's episode."""
-
-    start: Any = None
-    calls: list[Any] = field(default_factory=list)
-    end: Any = None
-    session: str | None = None  # the ORS session id, read at the end (its session is still open then)
-    refused: bool = False  # a start attempt got 429
-
-
-class Watcher:
-    """The runtime's hooks, sorted by adapter: each evaluation episode has an adapter of its own."""
+class Refusals:
+    """The starts the environment refused for capacity (429), by adapter: the limiter hears each as it happens, and an
+    episode whose start failed after one is run again later (`Busy`)."""
 
     def __init__(self, busy: Callable[[float | None], None] = lambda seconds: None) -> None:
-        self._busy = busy  # told of each start the environment refused for capacity, as it happens
-        self._seen: dict[int, Seen] = {}
-        self.specs: dict[tuple[str, str, int], Any] = {}  # each task's spec, read once per run
+        self._busy = busy
+        self._refused: set[int] = set()
         self._lock = threading.Lock()
-        for event in hooks.EVENTS:
-            hooks.add(event, self._heard)
+        hooks.add("session_open", self._heard)
 
-    def watch(self, env: Any) -> Seen:
-        with self._lock:
-            seen = self._seen[id(env)] = Seen()
-        return seen
+    def refused(self, env: Any) -> bool:
+        return id(env) in self._refused
 
     def forget(self, env: Any) -> None:
         with self._lock:
-            self._seen.pop(id(env), None)
+            self._refused.discard(id(env))
 
     def close(self) -> None:
-        for event in hooks.EVENTS:
-            hooks.remove(event, self._heard)
+        hooks.remove("session_open", self._heard)
 
-    def _heard(self, record: Any) -> None:
-        with self._lock:
-            seen = self._seen.get(id(record.adapter))
-        if seen is None:
-            return
-        if isinstance(record, hooks.EpisodeStart):
-            seen.start = record
-        elif isinstance(record, hooks.ToolCall):
-            seen.calls.append(record)
-        elif isinstance(record, hooks.EpisodeEnd):
-            seen.end = record
-            seen.session = getattr(getattr(record.episode, "session", None), "sid", None)
-        elif isinstance(record, hooks.SessionOpen) and record.status == 429:
-            seen.refused = True
+    def _heard(self, record: hooks.SessionOpen[Any]) -> None:
+        if record.status == 429:
+            with self._lock:
+                self._refused.add(id(record.adapter))
             self._busy(None)
+
+
+@dataclass(frozen=True)
+class Records:
+    """Where the run's records go (the runtime's recorder: it keeps each episode's trace, and writes each record),
+    the starts refused for capacity, and each task's spec, read once per run."""
+
+    recorder: Recorder
+    refusals: Refusals
+    specs: dict[tuple[str, str, int], Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -109,30 +96,32 @@ class Scoring:
     run: str
 
 
-def run(work: Work, endpoint: Endpoint, watcher: Watcher, scoring: Scoring, stop: threading.Event
+def run(work: Work, endpoint: Endpoint, records: Records, scoring: Scoring, stop: threading.Event
         ) -> dict[str, Any] | None:
     """The episode's trajectory record; None when it was stopped (Ctrl-C) before its end. Busy and Fatal as above."""
     cls = work.member.adapter_class(work.row)
     given = {} if scoring.unscored_reward is None else {"unscored_reward": scoring.unscored_reward}
     env = cls(settings=given)
-    seen = watcher.watch(env)
     try:
-        return _episode(work, env, seen, endpoint, scoring, stop, watcher.specs)
+        return _episode(work, env, endpoint, scoring, stop, records)
     finally:
         close_episode(env)  # ends it (unread if nothing read it) and closes its session, waiting for the server
-        watcher.forget(env)
+        records.recorder.take(episode_of(env))  # (a trace the record did not take: an episode stopped early)
+        records.refusals.forget(env)
 
 
-def _episode(work: Work, env: Any, seen: Seen, endpoint: Endpoint, scoring: Scoring, stop: threading.Event,
-             specs: dict[tuple[str, str, int], Any]) -> dict[str, Any] | None:
+def _episode(work: Work, env: Any, endpoint: Endpoint, scoring: Scoring, stop: threading.Event,
+             records: Records) -> dict[str, Any] | None:
     try:
         observation = env.reset(**work.row)
     except StartError as exc:
-        if seen.refused:
+        if records.refusals.refused(env):
             raise Busy(str(exc)) from None
         raise Fatal(str(exc)) from None
     except (DriftError, WrongServer) as exc:
         raise Fatal(str(exc)) from None
+    episode = episode_of(env)
+    not_started = episode is not None and episode.why is not None  # its start failed: the episode is unscored
     prompt = _prompt(work.row["prompt"], observation)
     tools = work.member.schemas(type(env))
     methods = {method.__name__: method for method in tool_methods(env)}
@@ -141,7 +130,7 @@ def _episode(work: Work, env: Any, seen: Seen, endpoint: Endpoint, scoring: Scor
     seed = None if scoring.seed is None else scoring.seed + work.number
     usage: dict[str, int] | None = None
     model_seconds, error, model_error, rounds = 0.0, None, None, 0
-    while not stop.is_set() and not (seen.start is not None and seen.start.error):  # a task that never started
+    while not stop.is_set() and not not_started:
         try:
             reply = endpoint.reply(wire, tools, seed)
         except EndpointError as exc:
@@ -168,14 +157,13 @@ def _episode(work: Work, env: Any, seen: Seen, endpoint: Endpoint, scoring: Scor
         return None
     reward = None if error is not None else _reward(work, env, prompt, completion, scoring.rewards)
     close_episode(env)  # its end hook has run: the record can be built
-    if seen.end is None:
+    trace = records.recorder.take(episode)
+    if trace is None:
         raise AssertionError("the runtime reported no end of the episode")
-    record = trajectories.build(seen.start, seen.calls, seen.end, run=scoring.run, environment=work.member.name,
-                                session=seen.session,
-                                prompt=prompt, completion=completion, secrets=[*secrets_of(env), *endpoint.secrets()],
-                                model=endpoint.model,
-                                rollout=work.rollout, usage=usage, model_seconds=model_seconds, error=error,
-                                task_spec=_spec(env, work, specs))
+    record = trace.record(run=scoring.run, environment=work.member.name, prompt=prompt, completion=completion,
+                          secrets=[*secrets_of(env), *endpoint.secrets()], model=endpoint.model, rollout=work.rollout,
+                          usage=usage, model_seconds=model_seconds, error=error,
+                          task_spec=_spec(env, work, records.specs))
     record["stream"] = "eval"
     record["model_error"] = _redacted(model_error, [*secrets_of(env), *endpoint.secrets()])
     if error is None:

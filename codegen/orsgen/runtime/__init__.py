@@ -14,10 +14,10 @@ from orsgen.runtime.episode import Episode, Unscored
 from orsgen.runtime.errors import DriftError, StartError, ToolError, WrongServer, named
 from orsgen.runtime.groups import group_reward
 from orsgen.runtime.pinned import Pinned
+from orsgen.runtime.recorder import Recorder, from_environment
 from orsgen.runtime.rewards import finished_reward, outcome_reward, shaped_reward, terminal_reward, total_reward
 from orsgen.runtime.rows import bundle as bundle_dataset
 from orsgen.runtime.rows import one_type
-from orsgen.runtime.trajectories import Recorder, from_environment
 from orsgen.runtime.worker_metrics import from_environment as count_for_trainer
 
 API = 1  # the contract between generated modules and this runtime; a module written for another API refuses to load

@@ -1,6 +1,6 @@
 """Trajectory records of a training run: ``GRPOTrainer(..., callbacks=[Trajectories("runs/seta")])``.
 
-The records and their writer are trajectories.py; this callback gives them the trainer's run name, step and rank,
+The records are trajectories.py, their writer recorder.py; this callback gives them the trainer's run name, step and rank,
 and reaches AsyncGRPOTrainer's spawned rollout worker through `ORSGEN_TRAJECTORIES` (set here, before the trainer
 starts it: a spawned process inherits the environment), where the episodes run.
 """
@@ -16,7 +16,8 @@ from typing import Any
 from transformers import TrainerCallback
 
 from orsgen.runtime import trl
-from orsgen.runtime.trajectories import MAX_RESULT_CHARS, VARIABLE, Recorder, from_environment
+from orsgen.runtime.recorder import VARIABLE, Recorder, from_environment
+from orsgen.runtime.trajectories import MAX_RESULT_CHARS
 
 
 class Trajectories(TrainerCallback):  # type: ignore[misc]

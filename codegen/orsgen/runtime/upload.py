@@ -308,6 +308,41 @@ class Uploader:
             return False
 
 
+class UploadSink:
+    """The records' sink (sinks.py) to the OpenReward runs page: each record put on an `Uploader`, made at the first
+    record (when the trainer's run name and RunInfo are known)."""
+
+    def __init__(self, recorder: Any) -> None:
+        self._recorder = recorder
+        self.uploader: Uploader | None = None
+
+    @classmethod
+    def made(cls, recorder: Any) -> UploadSink | None:
+        return cls(recorder) if recorder.upload else None
+
+    def write(self, records: list[dict[str, Any]]) -> None:
+        if self.uploader is None:
+            self.uploader = Uploader(run_name=self._recorder.run or "orsgen", run_info=self._recorder.run_info)
+        for record in records:
+            self.uploader.put(record)
+
+    def flush(self, timeout: float) -> bool:
+        up = self.uploader
+        return up is None or up.flush(timeout) and up.failed + up.dropped == 0
+
+    def close(self, timeout: float) -> None:
+        if self.uploader is not None:
+            self.uploader.close(timeout=timeout)
+
+    def unsent(self) -> int:
+        return 0 if self.uploader is None else self.uploader.failed + self.uploader.dropped
+
+    def said(self) -> str | None:
+        up, unsent = self.uploader, self.unsent()
+        return None if up is None else (f"{unsent} of {up.sent + unsent} not uploaded to the OpenReward runs page "
+                                        f"({up.failed} failed, {up.dropped} dropped)")
+
+
 # -- records to the SDK's messages: plain data, no SDK ------------------------------------------------------------------
 
 
