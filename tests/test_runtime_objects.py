@@ -16,7 +16,17 @@ from tests.harness.generation import in_process, load
 
 ROOT = Path(__file__).resolve().parent.parent
 RUNTIME = ROOT / "codegen" / "orsgen" / "runtime"
-MODULES = {p.stem: p for p in RUNTIME.glob("*.py")}
+# The runtime's modules, and its packages (`trl`) as one node each: their own modules are `sources(path)`.
+MODULES = {p.stem: p for p in RUNTIME.glob("*.py")} | {p.name: p for p in RUNTIME.iterdir() if (p / "__init__.py").is_file()}
+
+
+def sources(path: Path) -> list[Path]:
+    """A module's file, or every module of a package."""
+    return sorted(path.rglob("*.py")) if path.is_dir() else [path]
+
+
+def trees(path: Path) -> list[ast.Module]:
+    return [ast.parse(source.read_text(encoding="utf-8")) for source in sources(path)]
 CANARY = "canary-27-not-for-files"
 
 
@@ -42,11 +52,11 @@ def test_no_runtime_module_but_the_adapters_names_an_adapter_private():
     for stem, path in MODULES.items():
         if stem == "adapter":
             continue
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-        named += [f"{stem}.py:{n.lineno}: .{n.attr}" for n in ast.walk(tree)
-                  if isinstance(n, ast.Attribute) and n.attr in privates]
-        named += [f"{stem}.py:{n.lineno}: class {n.name}(Adapter)" for n in ast.walk(tree)
-                  if isinstance(n, ast.ClassDef) and any(ast.unparse(b).endswith("Adapter") for b in n.bases)]
+        for tree in trees(path):
+            named += [f"{stem}:{n.lineno}: .{n.attr}" for n in ast.walk(tree)
+                      if isinstance(n, ast.Attribute) and n.attr in privates]
+            named += [f"{stem}:{n.lineno}: class {n.name}(Adapter)" for n in ast.walk(tree)
+                      if isinstance(n, ast.ClassDef) and any(ast.unparse(b).endswith("Adapter") for b in n.bases)]
     assert named == []
 
 
@@ -54,20 +64,20 @@ def test_no_runtime_module_reads_another_modules_private_names():
     """`client._loop`, `ahead._holding` and the like stay their module's: the others use public functions."""
     read = []
     for stem, path in MODULES.items():
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-        modules = {a.asname or a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)
-                   and n.module == "orsgen.runtime" for a in n.names if a.name in MODULES}
-        read += [f"{stem}.py:{n.lineno}: {n.value.id}.{n.attr}" for n in ast.walk(tree)
-                 if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id in modules
-                 and n.attr.startswith("_") and not n.attr.startswith("__")]
+        for tree in trees(path):
+            modules = {a.asname or a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)
+                       and n.module == "orsgen.runtime" for a in n.names if a.name in MODULES}
+            read += [f"{stem}:{n.lineno}: {n.value.id}.{n.attr}" for n in ast.walk(tree)
+                     if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id in modules
+                     and n.attr.startswith("_") and not n.attr.startswith("__")]
     assert read == []
 
 
 def runtime_imports(path: Path) -> set[str]:
-    """The runtime modules a runtime module imports: anywhere, in functions and under TYPE_CHECKING too; a name
-    imported from the package itself is an edge to `__init__` unless it is a module."""
+    """The runtime modules a runtime module (or package) imports: anywhere, in functions and under TYPE_CHECKING too;
+    a name imported from the package itself is an edge to `__init__` unless it is a module."""
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in (node for tree in trees(path) for node in ast.walk(tree)):
         if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("orsgen.runtime"):
             if node.module == "orsgen.runtime":
                 found |= {a.name if a.name in MODULES else "__init__" for a in node.names}
@@ -75,7 +85,14 @@ def runtime_imports(path: Path) -> set[str]:
                 found.add(node.module.split(".")[2])
         elif isinstance(node, ast.Import):
             found |= {a.name.split(".")[2] for a in node.names if a.name.startswith("orsgen.runtime.")}
-    return found - {path.stem}
+    return found - {path.stem, path.name}
+
+
+def test_the_trl_package_is_a_boundary_that_imports_no_other_runtime_module():
+    """`trl` (everything assumed about TRL) is a package of small modules; they import one another and nothing else
+    of the runtime, so TRL's knowledge stays in one place."""
+    assert MODULES["trl"].is_dir() and len(sources(MODULES["trl"])) > 5
+    assert runtime_imports(MODULES["trl"]) == set()
 
 
 def layers() -> dict[str, int]:

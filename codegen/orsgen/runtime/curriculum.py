@@ -16,7 +16,6 @@ This module imports transformers only when it builds the callback (inside a trai
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import os
@@ -145,26 +144,8 @@ def follow(trainer: Any | None, pinned: Any) -> None:
     with _lock:
         follower = _followers.get(trainer)
         if follower is None:
+            from orsgen.runtime.trl.callback import Calls  # (transformers: inside a trainer, it is loaded)
+
             follower = _followers[trainer] = Follower(trainer)
-            trainer.add_callback(_callback()(follower))
+            trainer.add_callback(Calls(step_end=follower.flush, save=follower.save))
     follower.track(pinned)
-
-
-@functools.cache
-def _callback() -> type:
-    from transformers import TrainerCallback
-
-    class OrsgenTaskOrder(TrainerCallback):  # type: ignore[misc]
-        """Gathers the difficulty order's statistics at each step's end and saves its state with each checkpoint
-        (added by the runtime to the trainer its resets are placed in)."""
-
-        def __init__(self, follower: Follower) -> None:
-            self.follower = follower
-
-        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-            self.follower.flush()
-
-        def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-            self.follower.save(args, state)
-
-    return OrsgenTaskOrder

@@ -18,10 +18,9 @@ import threading
 import weakref
 from typing import Any
 
-from transformers import TrainerCallback
-
 from orsgen.runtime import client, hooks, tasks, trl, worker_metrics
 from orsgen.runtime.counts import PREFIX, Counts, figures, merge, stamped, totals
+from orsgen.runtime.trl.callback import Callback
 
 _SENTINEL = PREFIX + "episodes"  # absent from `_metrics[mode]`: TRL logged the window and cleared it
 
@@ -35,7 +34,7 @@ def _silent(trainer: Any | None) -> str | None:
     return None
 
 
-class EpisodeMetrics(TrainerCallback):  # type: ignore[misc]
+class EpisodeMetrics(Callback):
     """Adds the ``orsgen/...`` figures (docs/reference.md: "Episode metrics") to the trainer's logs, for training and (as
     ``eval_orsgen/...``) evaluation, summed over every rank. One per trainer: ``callbacks=[EpisodeMetrics()]``."""
 
@@ -46,7 +45,6 @@ class EpisodeMetrics(TrainerCallback):  # type: ignore[misc]
         self._window: dict[str, Counts] = {"train": Counts(), "eval": Counts()}  # every rank, this log window
         self._totals_seen = totals()
         self._draws_seen = collections.Counter(tasks.totals)
-        self._trainer: weakref.ref[Any] | None = None
         me = weakref.ref(self)  # the hooks must not keep a finished run's callback alive
 
         def listen(event: hooks.Event) -> None:
@@ -78,19 +76,6 @@ class EpisodeMetrics(TrainerCallback):  # type: ignore[misc]
 
     # -- the trainer's events (its thread, every rank at once) ---------------------------------------------------
 
-    def _find(self) -> Any | None:
-        trainer = self._trainer() if self._trainer is not None else None
-        if trainer is None:
-            trainer = trl.trainer_of(self)
-            self._trainer = weakref.ref(trainer) if trainer is not None else None
-        return trainer
-
-    def on_init_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self._find()
-
-    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self._find()  # a callback added after the trainer was built (trainer.add_callback)
-
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._flush("train")
 
@@ -98,7 +83,7 @@ class EpisodeMetrics(TrainerCallback):  # type: ignore[misc]
         self._flush("eval")
 
     def _flush(self, mode: str) -> None:
-        trainer = self._find()
+        trainer = self.trainer()
         why = _silent(trainer)
         if trainer is None or why is not None:
             client.once("metrics-off", logging.WARNING, "orsgen: EpisodeMetrics logs nothing: %s", why)

@@ -13,14 +13,12 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-from transformers import TrainerCallback
-
-from orsgen.runtime import trl
 from orsgen.runtime.recorder import VARIABLE, Recorder, from_environment
 from orsgen.runtime.trajectories import MAX_RESULT_CHARS
+from orsgen.runtime.trl.callback import Callback
 
 
-class Trajectories(TrainerCallback):  # type: ignore[misc]
+class Trajectories(Callback):
     """Writes one JSON line per episode (docs/reference.md: "Trajectory records") to
     ``directory/trajectories-rank{R}.jsonl``, one file per rank, for training and evaluation (``stream``).
     ``upload=True`` also sends each episode to the OpenReward runs page (its API key: ``OPENREWARD_API_KEY``).
@@ -34,19 +32,12 @@ class Trajectories(TrainerCallback):  # type: ignore[misc]
         else:
             self.recorder = Recorder(directory, max_result_chars=max_result_chars, upload=upload, run=run)
         os.environ[VARIABLE] = self.recorder.variable()
-        self._trainer: weakref.ref[Any] | None = None
 
     @property
     def path(self) -> Path:
         return self.recorder.path
 
-    def _attach(self) -> None:
-        trainer = self._trainer() if self._trainer is not None else None
-        if trainer is None:
-            trainer = trl.trainer_of(self)
-            if trainer is None:
-                return
-            self._trainer = weakref.ref(trainer)
+    def found(self, trainer: Any) -> None:
         ref = weakref.ref(trainer)
 
         def step() -> int | None:
@@ -59,11 +50,10 @@ class Trajectories(TrainerCallback):  # type: ignore[misc]
 
         self.recorder.attach(run=_run_name(trainer), step=step, rank=rank, run_info=_run_info(trainer))
 
-    def on_init_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self._attach()
-
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self._attach()  # a callback added after the trainer was built (trainer.add_callback)
+        trainer = self.trainer()  # a callback added after the trainer was built (trainer.add_callback)
+        if trainer is not None:
+            self.found(trainer)  # again: a resumed run's initial step is known now
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self.recorder.flush()  # evaluation may follow: the file stays open; exit closes it
