@@ -237,3 +237,81 @@ def test_a_missing_secret_variable_is_one_line_naming_it_before_any_request(guar
     env.reset(task_index=0)
     assert episode_of(env).session is not None
     close_all()
+
+
+# -- process-wide state in one holder (issue 43) -----------------------------------------------------------------------
+
+CONTAINERS = {"dict", "list", "set", "deque", "defaultdict", "OrderedDict", "Counter", "WeakSet", "WeakKeyDictionary",
+              "WeakValueDictionary", "local", "count", "iter"}
+ALWAYS = {"WeakSet", "WeakKeyDictionary", "WeakValueDictionary", "local", "count", "iter"}  # stateful by nature
+MUTATORS = {"append", "add", "update", "setdefault", "pop", "popitem", "clear", "extend", "discard", "remove", "insert"}
+
+
+def stores(tree: ast.Module) -> set[str]:
+    """The mutable module-level stores of a module: a name rebound through `global`; a container bound at module
+    level (a literal, or a dict/list/set/weak/thread-local/counter made there) that the module changes (item set or
+    deleted, a mutating method), or one stateful by nature; a function memoised with functools.cache/lru_cache; an
+    instance of a class of the module whose __init__ sets attributes (a holder)."""
+    found = {name for node in ast.walk(tree) if isinstance(node, ast.Global) for name in node.names}
+    inits = {node.name for node in tree.body if isinstance(node, ast.ClassDef) and any(
+        isinstance(f, ast.FunctionDef) and f.name == "__init__" for f in node.body)}
+    changed = {target.value.id for node in ast.walk(tree) for target in (
+        node.targets if isinstance(node, ast.Assign | ast.Delete) else [node.target] if isinstance(node, ast.AugAssign)
+        else []) if isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name)}
+    changed |= {node.func.value.id for node in ast.walk(tree) if isinstance(node, ast.Call) and isinstance(
+        node.func, ast.Attribute) and node.func.attr in MUTATORS and isinstance(node.func.value, ast.Name)}
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and any(ast.unparse(d).split(".")[-1].split("(")[0] in ("cache", "lru_cache")
+                                                     for d in node.decorator_list):
+            found.add(node.name)
+        if not isinstance(node, ast.Assign | ast.AnnAssign) or node.value is None:
+            continue
+        names = [t.id for t in (node.targets if isinstance(node, ast.Assign) else [node.target]) if isinstance(t, ast.Name)]
+        value = node.value
+        made = ast.unparse(value.func).split(".")[-1] if isinstance(value, ast.Call) else None
+        literal = isinstance(value, ast.Dict | ast.List | ast.Set | ast.DictComp | ast.ListComp | ast.SetComp)
+        for name in names:
+            if made in ALWAYS or made in inits or (literal or made in CONTAINERS) and name in changed:
+                found.add(name)
+    return found
+
+
+def test_the_store_count_sees_each_kind_of_store():
+    sample = ast.parse("import functools, weakref\nA = {}\nB = []\nC = {'x': 1}\nD = weakref.WeakSet()\nE = None\n"
+                       "class H:\n    def __init__(self):\n        self.x = 1\nF = H()\n"
+                       "def put(k):\n    global E\n    E = k\n    A[k] = 1\n    B.append(k)\n"
+                       "@functools.cache\ndef g():\n    return C['x']\n")
+    assert stores(sample) == {"A", "B", "D", "E", "F", "g"}  # C is a table nobody changes
+
+
+def test_the_runtime_keeps_at_most_three_mutable_module_level_stores():
+    found = sorted(f"{stem}.{name}" for stem, path in MODULES.items() for tree in trees(path) for name in stores(tree))
+    assert len(found) <= 3, found
+    assert "process.STATE" in found  # the one holder
+
+
+IMPORTS = """
+import atexit, os, sys, threading
+import asyncio, concurrent.futures, json, logging, queue, tempfile, weakref  # the standard library's own exit hooks
+before, threads = atexit._ncallbacks(), threading.active_count()
+import orsgen.runtime
+from orsgen.runtime import hooks, process
+parts = sorted(process.STATE.parts())
+print(atexit._ncallbacks() - before, threading.active_count() - threads, parts,
+      [e for e in hooks.EVENTS if hooks.wanted(e)], os.path.exists(os.environ["ORSGEN_TRAJECTORIES"]))
+"""
+
+
+def test_importing_the_runtime_registers_nothing(tmp_path):
+    """With ORSGEN_TRAJECTORIES and ORSGEN_EPISODE_METRICS set (AsyncGRPOTrainer's worker has them), importing the
+    runtime makes no recorder, registers no exit hook and no listener and starts no thread: the recorder starts when
+    an adapter (or a trainer's callback) first needs it."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "ORSGEN_TRAJECTORIES": str(tmp_path / "records"), "ORSGEN_EPISODE_METRICS": "1"}
+    run = subprocess.run([sys.executable, "-c", IMPORTS], capture_output=True, text=True, env=env, timeout=120,
+                         check=False)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split() == ["0", "0", "[]", "[]", "False"], run.stdout

@@ -9,14 +9,12 @@ scoring; settings come from `settings`.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from orsgen.runtime import ahead, calls, client, sessions, settings, trl
+from orsgen.runtime import calls, recorder, worker_metrics
 from orsgen.runtime.episode import Episode
-from orsgen.runtime.runner import Runner, register, runner_of, runners
-from orsgen.runtime.sessions import Connection
+from orsgen.runtime.runner import Runner, runner_of
 
 if TYPE_CHECKING:
     from orsgen.runtime.pinned import Pinned
@@ -31,7 +29,6 @@ class _Unset:
 
 
 UNSET: Any = _Unset()
-_SETTINGS = settings.BY_NAME  # (`settings` is also __init__'s argument)
 
 
 def episode_of(env: Any) -> Episode[Adapter] | None:
@@ -92,26 +89,10 @@ class Adapter:
     def __init__(self, *, url: str | None = None, split: str | None = None, api_key: str | None = None,
                  secrets: Mapping[str, Any] | None = None, check_drift: bool | None = None,
                  settings: Mapping[str, Any] | None = None) -> None:
-        trl.guard_stop()  # in AsyncGRPOTrainer's worker: whatever it dies of, the trainer's stop() returns
-        name = type(self).__name__
-        if split is not None:  # refused here, not as every episode going unscored
-            self.pinned.refuse_split(split, f"{name}(split={split!r})")
-        if secrets is None:
-            secrets = self.pinned.generated_secrets(name)
-        refused = client.refused_secret(secrets)
-        if refused is not None:
-            raise ValueError(f"{name}(secrets=...): {refused}")
-        for secret in client.replaced_secrets(secrets):
-            client.once(f"secret-{secret}", logging.WARNING, "orsgen: the secret %r is replaced by the openreward SDK with the API "
-                        "key (OPENREWARD_API_KEY or api_key=), so the environment never gets the value given: pass it "
-                        "as api_key= instead", secret)
         given = {**(settings or {}), **({} if check_drift is None else {"check_drift": check_drift})}
-        unknown = sorted(set(given) - set(_SETTINGS))
-        if unknown:  # a misspelt key would otherwise be a setting silently not applied
-            raise ValueError(f"{name}(settings=...): no setting {unknown[0]!r}: one of {', '.join(_SETTINGS)}")
-        self._run = Runner(self, Connection(url, api_key, secrets), given, split or self.pinned.split,
-                           plain_calls=type(self)._call is Adapter._call)
-        register(self._run)
+        self._run = Runner(self, url, split, api_key, secrets, given, plain_calls=type(self)._call is Adapter._call)
+        recorder.from_environment()  # ORSGEN_TRAJECTORIES: this process records (AsyncGRPOTrainer's worker, by hand)
+        worker_metrics.from_environment()  # ORSGEN_EPISODE_METRICS: it counts its episodes for a trainer (the worker)
 
     # -- the episode's state, for reward functions and shaping (API 1's attribute names) -------------------------
 
@@ -190,26 +171,6 @@ class Adapter:
             self._close()
         except BaseException:  # noqa: BLE001, S110 - interpreter exit: module globals may already be gone
             pass
-
-
-def close_all() -> None:
-    """Close every open session of every adapter and wait (bounded) until the server has them closed.
-    GRPOTrainer never closes its environments: this also runs at exit, and garbage collection closes too."""
-    calls.cancel_all()
-    sessions.release_all()  # groups still to be scored are not: their sessions close now
-    for runner in runners():
-        runner.close()
-    for left in ahead.drain_all():
-        sessions.close(None, left)
-    sessions.wait_closing()
-    sessions.close_held()  # what no adapter or store held any more (a reader's, a late look-ahead's)
-    sessions.wait_closing()
-
-
-def open_sessions() -> int:
-    """Sessions this process holds open on environment servers right now (every adapter's, and those opened
-    ahead): 0 after close_all()."""
-    return sessions.held()
 
 
 def _payload(arguments: dict[str, Any]) -> dict[str, Any]:

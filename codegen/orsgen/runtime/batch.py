@@ -19,6 +19,7 @@ from collections.abc import Coroutine, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from orsgen.runtime import ahead, calls, client, sessions, trl
+from orsgen.runtime.process import STATE
 from orsgen.runtime.settings import Settings
 from orsgen.runtime.tasks import Order
 
@@ -228,23 +229,33 @@ def task(member: Member, env: AsyncEnvironment, split: str, row: Mapping[str, An
 
 
 
-# The batch each trainer's last reset was placed in (by trainer, weakly).
-_current: weakref.WeakKeyDictionary[Any, Batch] = weakref.WeakKeyDictionary()
-_lock = threading.Lock()
+class Batches:
+    """The batches of this process (held by process.STATE): what placing remembers (each trainer's generation
+    rounds, the batch last placed), and each trainer's current batch (by trainer, weakly)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.memory = trl.Memory()
+        self.current: weakref.WeakKeyDictionary[Any, Batch] = weakref.WeakKeyDictionary()
+
+
+def _batches() -> Batches:
+    return STATE.part("batches", Batches)
 
 
 def place(adapter: Any, row: Mapping[str, Any], members: Members) -> tuple[trl.Place, Batch | None, bool]:
     """Where a reset sits (trl.place), its batch (None outside one), and whether this reset made the batch: the
     batch's first."""
-    where = trl.place(adapter, row)
+    batches = _batches()
+    where = trl.place(adapter, row, batches.memory)
     if where.batch is None:
         return where, None, False
-    trainer = trl.placed_trainer()
-    with _lock:
-        current = _current.get(trainer) if trainer is not None else None
+    trainer = trl.placed_trainer(batches.memory)
+    with batches.lock:
+        current = batches.current.get(trainer) if trainer is not None else None
         if current is not None and current.same(where.batch):
             return where, current, False
         made = Batch(where.batch, trainer, members)
         if trainer is not None:
-            _current[trainer] = made
+            batches.current[trainer] = made
     return where, made, True

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from orsgen.runtime import settings
+from orsgen.runtime.process import STATE
 from orsgen.runtime.settings import BUDGET_BY_KEY, BUDGET_KEYS, TOOL_KEYS, Refused, Settings
 
 # The environment-wide budget keys and the setting that overrides each at run time (the table's).
@@ -194,15 +195,20 @@ def _line(exc: BaseException) -> str:
 
 # -- tokenizers -------------------------------------------------------------------------------------------------------
 
-_tokenizers: dict[str, Any] = {}
-_lock = threading.Lock()
+class Tokenizers:
+    """The tokenizers this process loaded, by name (held by process.STATE)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.loaded: dict[str, Any] = {}
 
 
 def tokenizer(name: str) -> Any:
     """The Rust tokenizer of `name` (a model hub name, or a local path: offline), loaded once per process with
     transformers' AutoTokenizer; a copy without truncation or padding, which threads may share."""
-    with _lock:
-        if name not in _tokenizers:
+    tokenizers = STATE.part("tokenizers", Tokenizers)
+    with tokenizers.lock:
+        if name not in tokenizers.loaded:
             from tokenizers import Tokenizer
             from transformers import AutoTokenizer
 
@@ -212,8 +218,8 @@ def tokenizer(name: str) -> Any:
             backend = Tokenizer.from_str(loaded.backend_tokenizer.to_str())
             backend.no_truncation()
             backend.no_padding()
-            _tokenizers[name] = backend
-        return _tokenizers[name]
+            tokenizers.loaded[name] = backend
+        return tokenizers.loaded[name]
 
 
 def _token_spans(texts: list[str], name: str) -> list[tuple[int, int]]:

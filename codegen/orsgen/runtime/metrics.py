@@ -11,7 +11,6 @@ it is. Nothing here sends a request to the environment.
 
 from __future__ import annotations
 
-import collections
 import logging
 import os
 import threading
@@ -44,7 +43,7 @@ class EpisodeMetrics(Callback):
         self._since: dict[str, Counts] = {"train": Counts(), "eval": Counts()}  # this rank, since the last flush
         self._window: dict[str, Counts] = {"train": Counts(), "eval": Counts()}  # every rank, this log window
         self._totals_seen = totals()
-        self._draws_seen = collections.Counter(tasks.totals)
+        self._draws_seen = tasks.drawn()[0]
         me = weakref.ref(self)  # the hooks must not keep a finished run's callback alive
 
         def listen(event: hooks.Event) -> None:
@@ -100,9 +99,9 @@ class EpisodeMetrics(Callback):
             mine, self._since[mode] = self._since[mode], Counts()
         self._totals_seen = stamped(mine, self._totals_seen)
         if mode == "train":
-            drawn = collections.Counter(tasks.totals)
+            drawn, levels = tasks.drawn()
             mine.draws, self._draws_seen = drawn - self._draws_seen, drawn
-            mine.pools = dict(tasks.levels)
+            mine.pools = levels
         parts = trl.gather(trainer, mine)  # a collective: every rank flushes at the same step
         logged = trl.metrics_window(trainer, mode)
         if logged is None:

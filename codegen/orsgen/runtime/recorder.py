@@ -9,7 +9,6 @@ counted, and `close()` (at exit too) says in one line how many records were not 
 
 from __future__ import annotations
 
-import atexit
 import functools
 import json
 import logging
@@ -24,6 +23,8 @@ from typing import Any
 
 from orsgen.runtime import client, sinks
 from orsgen.runtime.jsonl import JsonlSink
+from orsgen.runtime.process import STATE
+from orsgen.runtime.runner import runner_of
 from orsgen.runtime.trajectories import MAX_RESULT_CHARS, Trace, Traces
 
 log = logging.getLogger("orsgen")
@@ -66,8 +67,8 @@ class Recorder:
         self.closed = False
         self._traces = Traces(self._seen if build else None)  # build=False: ended traces kept until taken
         # At exit: written while the runtime's loop still runs (a record's task spec may need a request), then closed.
-        client.before_exit(functools.partial(_flush_at_exit, weakref.ref(self), close=False))
-        atexit.register(_flush_at_exit, weakref.ref(self))
+        STATE.at_exit("flush records", functools.partial(_flush_at_exit, weakref.ref(self), close=False))
+        STATE.at_exit("close records", functools.partial(_flush_at_exit, weakref.ref(self)))
 
     @property
     def path(self) -> Path:
@@ -104,10 +105,9 @@ class Recorder:
     def _seen(self, trace: Trace) -> None:
         if self.closed:
             return
-        from orsgen.runtime.adapter import secrets_of
-
         assert trace.end is not None
-        self._put((trace, self._step(), secrets_of(trace.end.adapter)))
+        runner = runner_of(trace.end.adapter)
+        self._put((trace, self._step(), [] if runner is None else runner.secrets()))
 
     def take(self, episode: Any) -> Trace | None:
         """The trace of `episode` once it has ended (build=False), given once."""
@@ -231,17 +231,16 @@ class Recorder:
             return None
 
     def _spec(self, adapter: Any, end: Any) -> Any:
-        if end.task_index is None:
+        runner = runner_of(adapter)
+        if end.task_index is None or runner is None:
             return None
         key = (type(adapter).__module__, end.split, end.task_index)
         if key not in self._specs:
-            from orsgen.runtime.adapter import task_spec
-
             if adapter.pinned.pinned_spec(end.split, end.task_index) is None and client.running() is None:
                 return None  # the runtime's loop has stopped (exit): no request can be made
 
             try:
-                self._specs[key] = task_spec(adapter, end.split, end.task_index)
+                self._specs[key] = runner.task_spec(end.split, end.task_index)
             except Exception:  # noqa: BLE001 - the task's spec is not essential to its record
                 self._specs[key] = None
         return self._specs[key]
@@ -316,19 +315,20 @@ def _flush_at_exit(ref: weakref.ref[Recorder], close: bool = True) -> None:
         recorder.close(timeout=5.0) if close else recorder.flush(timeout=5.0)
 
 
-_from_environment: Recorder | None = None
-
-
 def from_environment() -> Recorder | None:
-    """The recorder `ORSGEN_TRAJECTORIES` asks for in this process (made once; None when it is unset)."""
-    global _from_environment
+    """The recorder `ORSGEN_TRAJECTORIES` asks for in this process (made once, by the first adapter or callback that
+    needs it, and kept by process.STATE; None when it is unset)."""
+    made: dict[str, Recorder] = STATE.part("recorders", dict)
     value = os.environ.get(VARIABLE, "").strip()
-    if not value or _from_environment is not None:
-        return _from_environment
-    try:
-        given: dict[str, Any] = json.loads(value) if value.startswith("{") else {"dir": value}
-        _from_environment = Recorder(given["dir"], max_result_chars=given.get("max_result_chars", MAX_RESULT_CHARS),
-                                     upload=bool(given.get("upload")), run=given.get("run"), owner=given.get("owner"))
-    except (ValueError, KeyError, TypeError) as exc:
-        raise ValueError(f"{VARIABLE}={value!r}: a directory to write trajectory records to ({exc})") from None
-    return _from_environment
+    if not value or VARIABLE in made:
+        return made.get(VARIABLE)
+    with STATE.lock:
+        if VARIABLE not in made:
+            try:
+                given: dict[str, Any] = json.loads(value) if value.startswith("{") else {"dir": value}
+                made[VARIABLE] = Recorder(given["dir"], upload=bool(given.get("upload")), run=given.get("run"),
+                                          max_result_chars=given.get("max_result_chars", MAX_RESULT_CHARS),
+                                          owner=given.get("owner"))
+            except (ValueError, KeyError, TypeError) as exc:
+                raise ValueError(f"{VARIABLE}={value!r}: a directory to write trajectory records to ({exc})") from None
+    return made[VARIABLE]

@@ -24,8 +24,9 @@ from orsgen.runtime.batch import Batch, closed_at_rewards, place, task, turn
 from orsgen.runtime.budgets import Budgets
 from orsgen.runtime.episode import Episode, Unscored, session_opened
 from orsgen.runtime.errors import DriftError
+from orsgen.runtime.process import STATE
 from orsgen.runtime.sessions import Connection, Planned
-from orsgen.runtime.settings import Settings, resolve
+from orsgen.runtime.settings import BY_NAME, Settings, resolve
 
 if TYPE_CHECKING:
     from openreward.api.environments.client import AsyncEnvironment, AsyncSession
@@ -38,17 +39,34 @@ log = logging.getLogger("orsgen")
 class Runner:
     """The episodes of one adapter (held weakly: the adapter holds its runner), of the class `cls` pinning `pinned`."""
 
-    def __init__(self, adapter: Any, connection: Connection, given: Mapping[str, Any], split: str,
-                 plain_calls: bool) -> None:
+    def __init__(self, adapter: Any, url: str | None, split: str | None, api_key: str | None,
+                 secrets: Mapping[str, Any] | None, given: Mapping[str, Any], plain_calls: bool) -> None:
+        """The runner of a new adapter (its constructor's arguments, refused here in one line), counted live."""
         self._adapter = weakref.ref(adapter)
         self.cls: type = type(adapter)
         self.pinned: Pinned = self.cls.pinned  # type: ignore[attr-defined]
-        self.connection, self.given, self.split = connection, given, split
+        name = self.cls.__name__
+        if split is not None:  # refused here, not as every episode going unscored
+            self.pinned.refuse_split(split, f"{name}(split={split!r})")
+        if secrets is None:
+            secrets = self.pinned.generated_secrets(name)
+        refused = client.refused_secret(secrets)
+        if refused is not None:
+            raise ValueError(f"{name}(secrets=...): {refused}")
+        for secret in client.replaced_secrets(secrets):
+            client.once(f"secret-{secret}", logging.WARNING, "orsgen: the secret %r is replaced by the openreward SDK "
+                        "with the API key (OPENREWARD_API_KEY or api_key=), so the environment never gets the value "
+                        "given: pass it as api_key= instead", secret)
+        unknown = sorted(set(given) - set(BY_NAME))
+        if unknown:  # a misspelt key would otherwise be a setting silently not applied
+            raise ValueError(f"{name}(settings=...): no setting {unknown[0]!r}: one of {', '.join(BY_NAME)}")
+        self.connection, self.given, self.split = Connection(url, api_key, secrets), given, split or self.pinned.split
         self.plain_calls = plain_calls  # the class's tool calls are the base's (not a subclass's own `_call`)
         self.order = self.pinned.order
         self.env: AsyncEnvironment | None = None  # the SDK's handle, made at the first reset
-        self.episode: Episode[Any] = Episode(adapter, split)  # none began yet
+        self.episode: Episode[Any] = Episode(adapter, self.split)  # none began yet
         self.batch: Batch | None = None  # the trainer batch the last reset was placed in
+        register(self)
 
     @property
     def adapter(self) -> Any:
@@ -305,24 +323,61 @@ def _notice(where: trl.Place) -> None:
                     threading.current_thread().name)
 
 
-# Each live adapter's runner (weakly, by adapter: the adapter holds its runner).
-_runners: weakref.WeakKeyDictionary[Any, Runner] = weakref.WeakKeyDictionary()
+def _live() -> weakref.WeakKeyDictionary[Any, Runner]:
+    """Each live adapter's runner (weakly, by adapter: the adapter holds its runner), held by process.STATE."""
+    return STATE.part("runners", weakref.WeakKeyDictionary)
 
 
 def register(runner: Runner) -> None:
-    _runners[runner.adapter] = runner
+    """A new adapter's runner: counted among the live ones, with what the process needs from then on (once each):
+    what closes the sessions still open at exit and, in AsyncGRPOTrainer's worker, the release of its stop event."""
+    client.on_exit(_exit_closers)
+    _guard_stop()
+    _live()[runner.adapter] = runner
 
 
 def runner_of(adapter: Any) -> Runner | None:
     """The runner of an orsgen adapter; None for an environment of another kind (TRL's multi-environment mode)."""
     try:
-        return _runners.get(adapter)
+        return _live().get(adapter)
     except TypeError:  # an environment that cannot be weakly referenced: not an orsgen adapter
         return None
 
 
 def runners() -> list[Runner]:
-    return list(_runners.values())
+    return list(_live().values())
+
+
+def _guard_stop() -> None:
+    """In AsyncGRPOTrainer's worker, its stop event is set at this process's exit (trl.stop_event), once: whatever
+    the worker dies of, the trainer's stop() returns."""
+    event = trl.stop_event()
+    guarded: list[Any] = STATE.part("stop events", list)
+    with STATE.lock:
+        if event is None or any(e is event for e in guarded):
+            return
+        guarded.append(event)
+    STATE.at_exit("release worker", functools.partial(trl.release_stop_watcher, event))
+
+
+def close_all() -> None:
+    """Close every open session of every adapter and wait (bounded) until the server has them closed.
+    GRPOTrainer never closes its environments: this also runs at exit, and garbage collection closes too."""
+    calls.cancel_all()
+    sessions.release_all()  # groups still to be scored are not: their sessions close now
+    for runner in runners():
+        runner.close()
+    for left in ahead.drain_all():
+        sessions.close(None, left)
+    sessions.wait_closing()
+    sessions.close_held()  # what no adapter or store held any more (a reader's, a late look-ahead's)
+    sessions.wait_closing()
+
+
+def open_sessions() -> int:
+    """Sessions this process holds open on environment servers right now (every adapter's, and those opened
+    ahead): 0 after close_all()."""
+    return sessions.held()
 
 
 def _exit_closers() -> list[Any]:
@@ -336,5 +391,3 @@ def _exit_closers() -> list[Any]:
             closers.append(sessions.end(*held))
     return closers
 
-
-client.on_exit(_exit_closers)

@@ -77,7 +77,7 @@ What is assumed (TRL 1.13 to 1.16, read from their code and tested against the o
   `prompts` and `completions` lists, once the group's `num_generations` rollouts have all ended.
   `_child_main`'s `stop_event` (an `mp.Event`) is waited on by the child's stop watcher thread and set by the trainer's
   `AsyncRolloutWorker.stop()`; a multiprocessing Event's `set()` waits until every waiter has woken, so once a child
-  died while its watcher waited (of any failure), `stop()`, and with it `train()`, waits for ever (`guard_stop`).
+  died while its watcher waited (of any failure), `stop()`, and with it `train()`, waits for ever (`stop_event`).
   The watcher is a daemon thread named `grpo-mp-stop-watcher` that returns once the event is set.
 - A rollout's turns (`rollout_turns`, for trajectory records): `_calculate_rewards(inputs, prompts, completions, ...)`
   holds the batch's prompts (each with what its `reset()` returned appended to the last message) and completions (the
@@ -94,6 +94,7 @@ from orsgen.runtime.trl.placing import (
     FIX,
     NEEDS,
     Batch,
+    Memory,
     Place,
     Slot,
     async_tool_thread,
@@ -124,7 +125,8 @@ from orsgen.runtime.trl.worker import (
     Worker,
     WorkerRollout,
     _stop_watcher_released,
-    guard_stop,
+    release_stop_watcher,
+    stop_event,
     worker,
     worker_figures,
     worker_rollout,
@@ -136,11 +138,46 @@ RANGE = ((1, 13), (1, 17))  # (major, minor): the oldest supported release and t
 SUPPORTED = f">={RANGE[0][0]}.{RANGE[0][1]},<{RANGE[1][0]}.{RANGE[1][1]}"  # as the `train` extra writes it
 
 __all__ = [
-    "FIX", "NEEDS", "NO_ENVIRONMENTS", "NO_GROUP", "NO_GROUP_PLACE", "RANGE", "STOP_WATCHER", "SUPPORTED", "Batch",
-    "Call", "Place", "Slot", "Turn", "Worker", "WorkerRollout", "_stop_watcher_released", "async_tool_thread",
-    "check_version", "gather", "group_layout", "guard_stop", "in_range", "installed", "metrics_window",
-    "on_training_end", "place", "placed_trainer", "resumed_from", "rewards_read", "rollout_thread", "rollout_turns",
-    "rollouts_elsewhere", "tool_turn", "trainer_of", "training", "worker", "worker_figures", "worker_rollout",
+    "FIX",
+    "NEEDS",
+    "NO_ENVIRONMENTS",
+    "NO_GROUP",
+    "NO_GROUP_PLACE",
+    "RANGE",
+    "STOP_WATCHER",
+    "SUPPORTED",
+    "Batch",
+    "Call",
+    "Memory",
+    "Place",
+    "Slot",
+    "Turn",
+    "Worker",
+    "WorkerRollout",
+    "_stop_watcher_released",
+    "async_tool_thread",
+    "check_version",
+    "gather",
+    "group_layout",
+    "in_range",
+    "installed",
+    "metrics_window",
+    "on_training_end",
+    "place",
+    "placed_trainer",
+    "release_stop_watcher",
+    "resumed_from",
+    "rewards_read",
+    "rollout_thread",
+    "rollout_turns",
+    "rollouts_elsewhere",
+    "stop_event",
+    "tool_turn",
+    "trainer_of",
+    "training",
+    "worker",
+    "worker_figures",
+    "worker_rollout",
 ]
 
 

@@ -107,15 +107,22 @@ class _Rounds:
     eval: tuple[int, int] = (-1, -1)  # without an evaluation loop on the stack: (batch number, global step)
 
 
-_rounds: weakref.WeakKeyDictionary[Any, _Rounds] = weakref.WeakKeyDictionary()
-_lock = threading.Lock()
+class Memory:
+    """What placing remembers between resets, kept by its caller (the runtime's process holder): each trainer's
+    generation rounds, and the batch the last reset was placed in (the trainer, weakly; the id of its environments
+    list; the rows found), whose later resets need no walk over the stack."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.rounds: weakref.WeakKeyDictionary[Any, _Rounds] = weakref.WeakKeyDictionary()
+        self.last: tuple[weakref.ref[Any], int, list[Mapping[str, Any]]] | None = None
 
 
-def place(adapter: Any, row: Mapping[str, Any]) -> Place:
+def place(adapter: Any, row: Mapping[str, Any], memory: Memory) -> Place:
     """Where the rollout of `adapter`, being reset with `row`, sits: read from the trainer on the stack."""
-    known = _same_batch(adapter, row)  # the batch's later resets: no walk over the stack
+    known = _same_batch(adapter, row, memory)  # the batch's later resets: no walk over the stack
     if known is not None:
-        return _read(known[0], adapter, row, [], known[1])
+        return _read(known[0], adapter, row, [], memory, known[1])
     read: list[Any] = []
     inside: str | None = None
     for frame in frames(sys._getframe(1)):
@@ -124,7 +131,7 @@ def place(adapter: Any, row: Mapping[str, Any]) -> Place:
             local = frame.f_locals
             trainer = next((v for v in local.values() if from_trl(type(v)) and _holds(v, adapter)), None)
             if trainer is not None:
-                return _read(trainer, adapter, row, read)
+                return _read(trainer, adapter, row, read, memory)
             if inside is None and (of_trl(frame) or from_trl(type(local.get("self")))):
                 inside = f"{frame.f_globals.get('__name__', '')}.{frame.f_code.co_qualname}"
     if inside is not None:
@@ -144,20 +151,16 @@ def _holds(trainer: Any, adapter: Any) -> bool:
     return isinstance(environments, list) and any(e is adapter for e in environments)
 
 
-_last: tuple[weakref.ref[Any], int, list[Mapping[str, Any]]] | None = None
-
-
-def placed_trainer() -> Any | None:
+def placed_trainer(memory: Memory) -> Any | None:
     """The trainer the last placed reset's batch belongs to (None if it is gone)."""
-    last = _last
+    last = memory.last
     return last[0]() if last is not None else None
 
 
-
-def _same_batch(adapter: Any, row: Mapping[str, Any]) -> tuple[Any, list[Mapping[str, Any]]] | None:
+def _same_batch(adapter: Any, row: Mapping[str, Any], memory: Memory) -> tuple[Any, list[Mapping[str, Any]]] | None:
     """(trainer, rows) when this reset belongs to the batch the last one was placed in: the trainer still holds
     that environments list, this adapter is in it and the rows hold this reset's row at its position."""
-    last = _last
+    last = memory.last
     trainer = last[0]() if last is not None else None
     if last is None or trainer is None:
         return None
@@ -170,9 +173,8 @@ def _same_batch(adapter: Any, row: Mapping[str, Any]) -> tuple[Any, list[Mapping
     return trainer, last[2]
 
 
-def _read(trainer: Any, adapter: Any, row: Mapping[str, Any], read: list[Any],
+def _read(trainer: Any, adapter: Any, row: Mapping[str, Any], read: list[Any], memory: Memory,
           rows: list[Mapping[str, Any]] | None = None) -> Place:
-    global _last
     where = f"{type(trainer).__name__}"
     missing = [path for path in NEEDS if not has(trainer, path)]
     if missing:
@@ -182,14 +184,14 @@ def _read(trainer: Any, adapter: Any, row: Mapping[str, Any], read: list[Any],
     rows = rows or _rows(read, len(adapters), index, row)
     if rows is None:
         return Place(None, where, "the batch's rows are not on the stack")
-    _last = (weakref.ref(trainer), id(adapters), rows)
+    memory.last = (weakref.ref(trainer), id(adapters), rows)
     training = bool(trainer.model.training)
     group = group_size(trainer)
     rank, world = trainer.accelerator.process_index, trainer.accelerator.num_processes
     if not isinstance(group, int) or group < 1 or (world * len(rows)) % group:
         return Place(None, where, f"a batch of {world} x {len(rows)} rollouts does not split into groups of {group}")
     release.check_version()
-    round_, more = _round(trainer, adapters)
+    round_, more = _round(trainer, adapters, memory)
     width = world * len(rows)
     batch = Batch(adapters, rows, index, group, "train" if training else "eval", round_ * width + rank * len(rows),
                   width, more)
@@ -217,13 +219,13 @@ def _same_row(candidate: Mapping[str, Any], row: Mapping[str, Any]) -> bool:
         return False
 
 
-def _round(trainer: Any, adapters: list[Any]) -> tuple[int, bool]:
+def _round(trainer: Any, adapters: list[Any], memory: Memory) -> tuple[int, bool]:
     """(round, more) of the batch whose environments are `adapters`: counted at its first reset, the same for the
     rest of its resets (and a stray one while it lasts)."""
-    with _lock:
-        rounds = _rounds.get(trainer)
+    with memory.lock:
+        rounds = memory.rounds.get(trainer)
         if rounds is None:
-            rounds = _rounds[trainer] = _Rounds()
+            rounds = memory.rounds[trainer] = _Rounds()
         if rounds.batch is not adapters:
             rounds.batch = adapters
             rounds.placed = _next_round(trainer, rounds) if trainer.model.training else (_eval_batch(trainer, rounds),
@@ -232,7 +234,7 @@ def _round(trainer: Any, adapters: list[Any]) -> tuple[int, bool]:
 
 
 def _next_round(trainer: Any, rounds: _Rounds) -> tuple[int, bool]:
-    """The training round a new batch is, and whether another follows (under rounds' lock)."""
+    """The training round a new batch is, and whether another follows (under the memory's lock)."""
     state = trainer.state
     every = trainer.args.steps_per_generation * trainer.num_iterations  # micro-steps per generation round
     if rounds.state is None or rounds.state() is not state:  # a train() call begins: from its global step
@@ -259,7 +261,7 @@ def _micro_steps(trainer: Any, first: int, last: int) -> int:
 
 
 def _eval_batch(trainer: Any, rounds: _Rounds) -> int:
-    """The batch number within the current evaluation pass (under rounds' lock): every pass the same tasks."""
+    """The batch number within the current evaluation pass (under the memory's lock): every pass the same tasks."""
     step = _evaluation_step(trainer)
     if step is None:  # no evaluation loop of this trainer on the stack: numbered on within the global step
         number, at = rounds.eval
