@@ -65,12 +65,19 @@ class Runner:
         self.order = self.pinned.order
         self.env: AsyncEnvironment | None = None  # the SDK's handle, made at the first reset
         self.episode: Episode[Any] = Episode(adapter, self.split)  # none began yet
-        self.batch: Batch | None = None  # the trainer batch the last reset was placed in
+        # The trainer batch the last reset was placed in, held weakly: its trainer holds it (batch.py), and it holds
+        # the batch's adapters, each holding its runner; the runner does not hold them back.
+        self._batch: weakref.ref[Batch] | None = None
+        self.in_batch = False
         register(self)
 
     @property
     def adapter(self) -> Any:
         return self._adapter()
+
+    @property
+    def batch(self) -> Batch | None:
+        return self._batch() if self._batch is not None else None
 
     def settings(self) -> Settings:
         return resolve(self.cls, self.given)
@@ -122,16 +129,17 @@ class Runner:
             config = self.settings()  # refused before any request
             budgets = Budgets(self.pinned.budgets, config, module=self.pinned.module, snapshot=self.pinned.snapshot)
             env = self.environment()
-            where, self.batch, first = place(adapter, row, runner_of)
+            where, batch, first = place(adapter, row, runner_of)
+            self._batch, self.in_batch = (None if batch is None else weakref.ref(batch)), batch is not None
             facts = where.batch
             messages.note(self.pinned.conversations, self.split, facts.rows if facts is not None else [row])
             stream = facts.stream if facts is not None else None
-            index = task(self, env, split, row, config, where, self.batch, facts.index if facts is not None else 0)
+            index = task(self, env, split, row, config, where, batch, facts.index if facts is not None else 0)
             group = facts.slot(facts.index).position if facts is not None else None
             if facts is None and (rollout := trl.worker_rollout(adapter, ended=False)) is not None:
                 stream, group = "train", rollout.group  # AsyncGRPOTrainer's worker: TRL's group of the rollout
             episode = self.episode = Episode(adapter, split, index, stream, config, began, budgets, group)
-            ahead_of = self.batch if config.open_ahead is not False else None
+            ahead_of = batch if config.open_ahead is not False else None
             first = first and ahead_of is not None
             if ahead_of is not None and first:  # what the last batch holds is closed before this one opens anything
                 held, previous = previous, (None, None)
@@ -177,7 +185,7 @@ class Runner:
         """Void the episode (or raise, as configured); the prompt the trainer gets for a task that did not start."""
         index = episode.task_index or 0
         reason = self.pinned.sessions.failed_start(self.connection, episode.split, index, exc, episode.settings,
-                                                   self.batch is not None, self.cls.__name__)
+                                                   self.in_batch, self.cls.__name__)
         episode.refuse(Unscored.NOT_STARTED, f"task {index} could not start ({reason})")
         return f"(task {index} could not start: this episode is not scored)"
 
@@ -227,8 +235,8 @@ class Runner:
             scoring.ended(self.episode, rollout)
         environments = trl.rewards_read(adapter)
         if environments is not None:  # TRL is done with the batch: its sessions close while the trainer trains on it
-            if self.batch is not None:
-                self.batch.rewards_read(environments)
+            if (batch := self.batch) is not None:
+                batch.rewards_read(environments)
             else:
                 closed_at_rewards(environments, runner_of)
         return reward
@@ -241,8 +249,8 @@ class Runner:
         if started is not None:  # run ahead by the turn's first call, reported when it ran
             with contextlib.suppress(concurrent.futures.CancelledError):  # dropped by close_all: run it here
                 return started.result()
-        if self.batch is not None:
-            self.batch.turn(self)
+        if (batch := self.batch) is not None:
+            batch.turn(self)
         else:  # outside a placed batch: TRL's loop may still be read (or say why not)
             turn(self, runner_of)
         episode = self.episode
