@@ -8,7 +8,7 @@ regeneration.
 from typing import Any
 
 from orsgen import __version__
-from orsgen.runtime import hooks
+from orsgen.runtime import hooks, recorder
 from orsgen.runtime.adapter import UNSET, Adapter, episode_of
 from orsgen.runtime.episode import Episode, Unscored
 from orsgen.runtime.errors import DriftError, StartError, ToolError, WrongServer, named
@@ -43,6 +43,9 @@ def __getattr__(name: str) -> Any:
 
         return Trajectories
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+recorder.asked()  # a bad ORSGEN_TRAJECTORIES is one line now, before any training (it makes nothing here)
 
 
 def require(api: int, module: str) -> None:

@@ -12,7 +12,6 @@ it is. Nothing here sends a request to the environment.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import weakref
 from typing import Any
@@ -38,7 +37,7 @@ class EpisodeMetrics(Callback):
     ``eval_orsgen/...``) evaluation, summed over every rank. One per trainer: ``callbacks=[EpisodeMetrics()]``."""
 
     def __init__(self) -> None:
-        os.environ[worker_metrics.VARIABLE] = "1"  # a worker this process spawns (AsyncGRPOTrainer's) counts for us
+        worker_metrics.for_children()  # a worker this process spawns (AsyncGRPOTrainer's) counts for us
         self._lock = threading.RLock()  # re-entered when garbage collection closes an adapter inside _seen
         self._since: dict[str, Counts] = {"train": Counts(), "eval": Counts()}  # this rank, since the last flush
         self._window: dict[str, Counts] = {"train": Counts(), "eval": Counts()}  # every rank, this log window

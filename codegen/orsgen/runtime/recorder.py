@@ -315,20 +315,44 @@ def _flush_at_exit(ref: weakref.ref[Recorder], close: bool = True) -> None:
         recorder.close(timeout=5.0) if close else recorder.flush(timeout=5.0)
 
 
+def adopt(recorder: Recorder) -> None:
+    """`recorder` is this process's (a `Trajectories` callback's): `from_environment` gives it from now on, and a
+    process this one starts (AsyncGRPOTrainer's rollout worker) records with its settings (ORSGEN_TRAJECTORIES)."""
+    made: dict[str, Recorder] = STATE.part("recorders", dict)
+    with STATE.lock:
+        made[VARIABLE] = recorder
+        os.environ[VARIABLE] = recorder.variable()
+
+
+def asked() -> dict[str, Any] | None:
+    """What `ORSGEN_TRAJECTORIES` asks for (None: nothing); ValueError, one line, for a value that is not a directory
+    or a recorder's JSON (checked at import: a bad value stops the process before it trains)."""
+    value = os.environ.get(VARIABLE, "").strip()
+    if not value:
+        return None
+    try:
+        given = json.loads(value) if value.startswith("{") else {"dir": value}
+        return {"directory": given["dir"], "upload": bool(given.get("upload")), "run": given.get("run"),
+                "max_result_chars": given.get("max_result_chars", MAX_RESULT_CHARS), "owner": given.get("owner")}
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise ValueError(f"{VARIABLE}={value!r}: a directory to write trajectory records to ({exc})") from None
+
+
 def from_environment() -> Recorder | None:
     """The recorder `ORSGEN_TRAJECTORIES` asks for in this process (made once, by the first adapter or callback that
     needs it, and kept by process.STATE; None when it is unset)."""
     made: dict[str, Recorder] = STATE.part("recorders", dict)
-    value = os.environ.get(VARIABLE, "").strip()
-    if not value or VARIABLE in made:
-        return made.get(VARIABLE)
+    if VARIABLE in made:
+        return made[VARIABLE]
+    given = asked()
+    if given is None:
+        return None
     with STATE.lock:
         if VARIABLE not in made:
+            directory = given.pop("directory")
             try:
-                given: dict[str, Any] = json.loads(value) if value.startswith("{") else {"dir": value}
-                made[VARIABLE] = Recorder(given["dir"], upload=bool(given.get("upload")), run=given.get("run"),
-                                          max_result_chars=given.get("max_result_chars", MAX_RESULT_CHARS),
-                                          owner=given.get("owner"))
-            except (ValueError, KeyError, TypeError) as exc:
-                raise ValueError(f"{VARIABLE}={value!r}: a directory to write trajectory records to ({exc})") from None
+                made[VARIABLE] = Recorder(directory, **given)
+            except (ValueError, TypeError) as exc:
+                raise ValueError(f"{VARIABLE}={os.environ.get(VARIABLE)!r}: a directory to write trajectory records "
+                                 f"to ({exc})") from None
     return made[VARIABLE]

@@ -13,7 +13,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-from orsgen.runtime.recorder import VARIABLE, Recorder, from_environment
+from orsgen.runtime.recorder import Recorder, adopt, from_environment
 from orsgen.runtime.trajectories import MAX_RESULT_CHARS
 from orsgen.runtime.trl.callback import Callback
 
@@ -31,7 +31,7 @@ class Trajectories(Callback):
             self.recorder = found
         else:
             self.recorder = Recorder(directory, max_result_chars=max_result_chars, upload=upload, run=run)
-        os.environ[VARIABLE] = self.recorder.variable()
+        adopt(self.recorder)  # this process's, and ORSGEN_TRAJECTORIES for the processes it starts
 
     @property
     def path(self) -> Path:

@@ -113,10 +113,19 @@ def install(holder: Any) -> None:
         holder.metrics_queue = Drain(holder.metrics_queue)
 
 
+def for_children() -> None:
+    """The processes this one starts (AsyncGRPOTrainer's rollout worker) count their episodes for its trainer; this
+    one does not push (its EpisodeMetrics counts)."""
+    made: dict[str, Pusher | None] = STATE.part("pushers", dict)
+    with STATE.lock:
+        made.setdefault(VARIABLE, None)
+        os.environ[VARIABLE] = "1"
+
+
 def from_environment() -> Pusher | None:
     """The pusher ORSGEN_EPISODE_METRICS asks for in this process (made once, by the first adapter, and kept by
-    process.STATE; None when it is unset)."""
-    made: dict[str, Pusher] = STATE.part("pushers", dict)
+    process.STATE; None when it is unset, or when this process set it for its children)."""
+    made: dict[str, Pusher | None] = STATE.part("pushers", dict)
     if VARIABLE not in made and os.environ.get(VARIABLE, "").strip() == "1":
         with STATE.lock:
             if VARIABLE not in made:
