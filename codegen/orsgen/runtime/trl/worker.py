@@ -1,6 +1,6 @@
 """AsyncGRPOTrainer's rollout worker, seen from inside it: TRL's `_child_main` on one of this process's threads
 (`worker`), the rollout its `_generate_loop` is resetting or scoring (`worker_rollout`), the stop event its exit must
-set (`guard_stop`), and the queue the trainer's `log()` drains its figures from (`worker_figures`); see the package's
+set (`stop_event`), and the queue the trainer's `log()` drains its figures from (`worker_figures`); see the package's
 docstring for what is assumed."""
 
 from __future__ import annotations
