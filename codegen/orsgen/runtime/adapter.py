@@ -90,7 +90,7 @@ class Adapter:
                  secrets: Mapping[str, Any] | None = None, check_drift: bool | None = None,
                  settings: Mapping[str, Any] | None = None) -> None:
         given = {**(settings or {}), **({} if check_drift is None else {"check_drift": check_drift})}
-        self._run = Runner(self, url, split, api_key, secrets, given, plain_calls=type(self)._call is Adapter._call)
+        self._run = Runner(self, url, split, api_key, secrets, given, base_call=Adapter._call)
         recorder.from_environment()  # ORSGEN_TRAJECTORIES: this process records (AsyncGRPOTrainer's worker, by hand)
         worker_metrics.from_environment()  # ORSGEN_EPISODE_METRICS: it counts its episodes for a trainer (the worker)
 

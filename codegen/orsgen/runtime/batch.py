@@ -34,8 +34,11 @@ log = logging.getLogger("orsgen")
 class Member(Protocol):
     """What a batch asks of one of its rollouts: an orsgen adapter's runner (runner.py)."""
 
-    order: Order  # its environment's task order
     episode: Episode[Any]
+
+    @property
+    def order(self) -> Order:
+        """Its environment's task order."""
 
     @property
     def adapter(self) -> Any:

@@ -27,6 +27,7 @@ from orsgen.runtime.errors import DriftError
 from orsgen.runtime.process import STATE
 from orsgen.runtime.sessions import Connection, Planned
 from orsgen.runtime.settings import BY_NAME, Settings, resolve
+from orsgen.runtime.tasks import Order
 
 if TYPE_CHECKING:
     from openreward.api.environments.client import AsyncEnvironment, AsyncSession
@@ -40,11 +41,11 @@ class Runner:
     """The episodes of one adapter (held weakly: the adapter holds its runner), of the class `cls` pinning `pinned`."""
 
     def __init__(self, adapter: Any, url: str | None, split: str | None, api_key: str | None,
-                 secrets: Mapping[str, Any] | None, given: Mapping[str, Any], plain_calls: bool) -> None:
+                 secrets: Mapping[str, Any] | None, given: Mapping[str, Any], base_call: Any) -> None:
         """The runner of a new adapter (its constructor's arguments, refused here in one line), counted live."""
         self._adapter = weakref.ref(adapter)
-        self.cls: type = type(adapter)
-        self.pinned: Pinned = self.cls.pinned  # type: ignore[attr-defined]
+        self._cls: type = type(adapter)
+        self._base_call = base_call  # the base class's `_call`: a class with its own makes its calls itself
         name = self.cls.__name__
         if split is not None:  # refused here, not as every episode going unscored
             self.pinned.refuse_split(split, f"{name}(split={split!r})")
@@ -61,8 +62,6 @@ class Runner:
         if unknown:  # a misspelt key would otherwise be a setting silently not applied
             raise ValueError(f"{name}(settings=...): no setting {unknown[0]!r}: one of {', '.join(BY_NAME)}")
         self.connection, self.given, self.split = Connection(url, api_key, secrets), given, split or self.pinned.split
-        self.plain_calls = plain_calls  # the class's tool calls are the base's (not a subclass's own `_call`)
-        self.order = self.pinned.order
         self.env: AsyncEnvironment | None = None  # the SDK's handle, made at the first reset
         self.episode: Episode[Any] = Episode(adapter, self.split)  # none began yet
         # The trainer batch the last reset was placed in, held weakly: its trainer holds it (batch.py), and it holds
@@ -74,6 +73,20 @@ class Runner:
     @property
     def adapter(self) -> Any:
         return self._adapter()
+
+    @property
+    def cls(self) -> type:
+        """The adapter's class, as it is now (a class may be swapped under an instance: a subclass timing it)."""
+        adapter = self.adapter
+        return type(adapter) if adapter is not None else self._cls
+
+    @property
+    def pinned(self) -> Pinned:
+        return self.cls.pinned  # type: ignore[attr-defined, no-any-return]
+
+    @property
+    def order(self) -> Order:
+        return self.pinned.order
 
     @property
     def batch(self) -> Batch | None:
@@ -281,7 +294,7 @@ class Runner:
         """What a later call of the turn sends, read without sending it: only a plain tool method of an orsgen module
         (not a subclass's own, not async) on an adapter whose episode has started in line."""
         func = getattr(call.method, "__func__", None)
-        if not self.plain_calls or self.episode.opening is not None:
+        if self.cls._call is not self._base_call or self.episode.opening is not None:  # type: ignore[attr-defined]
             return None
         defining = next((c for c in self.cls.__mro__ if any(v is func for v in vars(c).values())), None)
         if defining is None or defining.__module__ != self.pinned.module:
