@@ -262,14 +262,14 @@ class Runner:
         if started is not None:  # run ahead by the turn's first call, reported when it ran
             with contextlib.suppress(concurrent.futures.CancelledError):  # dropped by close_all: run it here
                 return started.result()
-        if (batch := self.batch) is not None:
-            batch.turn(self)
-        else:  # outside a placed batch: TRL's loop may still be read (or say why not)
-            turn(self, runner_of)
         episode = self.episode
         if episode.opening is not None:
             self.settle(episode.opening)
-        return toolcall.run(toolcall.steps(episode, name, payload))
+        batch = self.batch  # (outside a placed batch, TRL's loop may still be read, or say why not)
+        # This call's request first, then the turn's later calls: the runtime's loop sends them in that order.
+        return toolcall.run(toolcall.steps(episode, name, payload),
+                            then=functools.partial(batch.turn, self) if batch is not None else
+                            functools.partial(turn, self, runner_of))
 
     async def acall(self, name: str, payload: dict[str, Any]) -> Any:
         """An async tool's call: awaited on the caller's loop (never blocking it) while the runtime's loop does the

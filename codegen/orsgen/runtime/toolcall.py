@@ -8,6 +8,7 @@ request (yielded: each caller waits for it its own way), the failure's text, the
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import time
 from collections.abc import Callable, Coroutine, Generator
 from typing import Any
@@ -62,12 +63,23 @@ def failed(episode: Episode[Any], name: str, exc: BaseException) -> ToolError:
     return ToolError(short(f"{error}; {why}: the episode is over"))
 
 
-def run(call: Steps) -> Any:
-    """The call in line: the request runs on the runtime's loop while this thread waits (bounded)."""
-    request, limit = next(call)
+def run(call: Steps, then: Callable[[], Any] | None = None) -> Any:
+    """The call in line: the request runs on the runtime's loop while this thread waits (bounded). `then` runs once
+    the request is on its way, or refused: what may go meanwhile (the turn's later calls, started ahead)."""
     try:
-        output = client.loop().run(request, "tool", limit)
-    except BaseException as exc:  # noqa: BLE001 - the steps say what it means
+        request, limit = next(call)
+    except BaseException:
+        if then is not None:
+            then()
+        raise
+    future = client.loop().submit(asyncio.wait_for(request, limit))
+    if then is not None:
+        then()
+    try:
+        output = future.result(timeout=limit + 1)
+    except BaseException as exc:  # noqa: BLE001 - the steps say what it means (a timeout: in their words)
+        if isinstance(exc, concurrent.futures.TimeoutError):
+            future.cancel()
         return _finish(call.throw, exc)
     return _finish(call.send, output)
 

@@ -197,15 +197,18 @@ def in_range(found: str) -> bool:
 
 
 @functools.cache
-def check_version() -> None:
-    """Once per process: TRL's version does not change under a running trainer."""
+def check_version() -> bool:
+    """Whether the installed TRL is a release read here (None installed: no), once per process: TRL's version does
+    not change under a running trainer, and reading it takes a millisecond. One outside the range is named once."""
     try:
         found = version("trl")
     except PackageNotFoundError:
-        return
+        return False
     if not in_range(found):
         log.warning("orsgen: TRL %s is outside the range orsgen is tested with (%s): the batch was read through the "
                     "trainer attributes it checks, but nothing else of this release is known", found, SUPPORTED)
+        return False
+    return True
 
 
 _check_version, _in_range = check_version, in_range  # (the names the tests read: they clear the check's cache)

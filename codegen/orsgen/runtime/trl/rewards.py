@@ -44,7 +44,7 @@ def rewards_read(adapter: Any) -> list[Any] | None:
     if any(getattr(type(trainer), name, None) is not getattr(cls, name)
            for name in ("_calculate_rewards", "_generate_and_score_completions")):
         return None
-    if not release.in_range(release.installed().removeprefix("TRL ")) or local.get("async_funcs_info"):
+    if not release.check_version() or local.get("async_funcs_info"):
         return None
     last = local.get("i") == len(getattr(trainer, "reward_funcs", ())) - 1
     return environments if last and isinstance(environments, list) and environments and environments[-1] is adapter else None

@@ -57,7 +57,7 @@ def tool_turn(adapter: Any) -> Turn | str | None:
     trainer = local.get("self")
     if type(trainer)._tool_call_loop is not loop:
         return f"{type(trainer).__name__} overrides GRPOTrainer's tool loop"
-    if not release.in_range(release.installed().removeprefix("TRL ")):
+    if not release.check_version():
         return f"{release.installed()} is outside the releases whose tool loop was read ({release.SUPPORTED})"
     try:
         idx, rollouts, calls, current = local["idx"], local["idxs_with_tool"], local["tool_calls"], local["tool_call"]

@@ -32,7 +32,9 @@ class Worker:
 def worker() -> Worker | None:
     """This process's AsyncGRPO rollout worker, when TRL's `_child_main` is running on one of its threads (the main
     one in the spawned worker), else None. Looked up at each call (a few frames per thread): a worker run in a thread
-    ends, and another may follow in the same process."""
+    ends, and another may follow in the same process; none while TRL's worker module is not loaded."""
+    if WORKER_MODULE not in sys.modules:
+        return None
     tops: Any = list(sys._current_frames().values())
     frame: Any = None
     try:
@@ -48,6 +50,7 @@ def worker() -> Worker | None:
         tops = top = frame = None
 
 
+WORKER_MODULE = "trl.experimental.async_grpo.async_rollout_worker"  # where TRL's `_child_main` is (1.13 to 1.16)
 STOP_WATCHER = "grpo-mp-stop-watcher"  # the name of the worker's stop watcher thread (`_spawn_stop_watcher`)
 
 
