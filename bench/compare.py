@@ -8,7 +8,7 @@ server saw per operation: startup, first prompt from cold, reset, tool call, clo
 and again with injected per-request latency; then generation vs. binding for a 100-tool environment; then a real
 `GRPOTrainer` run on both sides (3 steps of 8 rollouts, groups of 4, one scripted echo call per rollout, the tiny offline
 model of examples/tiny.py), on loopback and with the latency: per step, the wall time the trainer spent inside
-environment calls (reset and the tools, timed by the same wrapper on both sides) and the requests the server saw, and
+environment calls (reset, the tools and the reward, timed by the same wrapper on both sides) and the requests the server saw, and
 for orsgen the sessions opened ahead, taken and left unused; orsgen runs again with ORSGEN_OPEN_AHEAD=0.
 `--grpo-only` runs that last part alone and merges its rows into an existing results.json.
 Prints a table and writes the same figures to bench/results.json (and a bar chart, if matplotlib is available).
@@ -756,7 +756,7 @@ def main() -> None:
     if grpo_runs:
         print(f"GRPO rows: GRPOTrainer, {GRPO_STEPS} steps of {GRPO_BATCH} rollouts (num_generations {GRPO_GROUP}, or "
               f"{GRPO_SMALL_GROUP} where the row says groups of {GRPO_SMALL_GROUP}), one "
-              "scripted echo call per rollout; per step, the wall time inside reset() and the tool (the same timing "
+              "scripted echo call per rollout; per step, the wall time inside reset(), the tool and the reward (the same timing "
               "wrapper on both sides) and the requests the server saw from that step's start to the next one's (TRL "
               "closes a rollout's session at its next reset, orsgen a batch's once TRL has read its rewards: each "
               "step counts one step's closes); median over steps 2-3 of every run (step 1 pays one-offs: "
