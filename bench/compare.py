@@ -8,7 +8,7 @@ server saw per operation: startup, first prompt from cold, reset, tool call, clo
 and again with injected per-request latency; then generation vs. binding for a 100-tool environment; then a real
 `GRPOTrainer` run on both sides (3 steps of 8 rollouts, groups of 4, one scripted echo call per rollout, the tiny offline
 model of examples/tiny.py), on loopback and with the latency: per step, the wall time the trainer spent inside
-environment calls (reset and the tools, timed by the same wrapper on both sides) and the requests the server saw, and
+environment calls (reset, the tools and the reward, timed by the same wrapper on both sides) and the requests the server saw, and
 for orsgen the sessions opened ahead, taken and left unused; orsgen runs again with ORSGEN_OPEN_AHEAD=0.
 `--grpo-only` runs that last part alone and merges its rows into an existing results.json.
 Prints a table and writes the same figures to bench/results.json (and a bar chart, if matplotlib is available).
@@ -298,7 +298,8 @@ def grpo_rows(group: int) -> tuple[str, str, str, str]:
 
 
 class EnvClock:
-    """Wall time the trainer spends inside environment calls (reset and the tools), by the trainer's step."""
+    """Wall time the trainer spends inside environment calls (reset, the tools and the reward), by the trainer's
+    step."""
 
     def __init__(self) -> None:
         self.trainer: Any = None
@@ -355,10 +356,31 @@ def _timed_method(fn: Callable[..., Any], name: str, clock: EnvClock) -> Callabl
     return timed
 
 
+def timed_rewards(reward_funcs: Any, clock: EnvClock) -> Any:
+    """The reward functions given to the trainer, each adding its wall time to `clock` as the reward's (TRL's side:
+    its spec's function reads the environments; orsgen's: TRL calls `get_reward()`, timed by `timed_factory`)."""
+    if reward_funcs is None:
+        return None
+    funcs = reward_funcs if isinstance(reward_funcs, list) else [reward_funcs]
+
+    def timed(fn: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(fn)
+        def reward(*args: Any, **kwargs: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                clock.add("get_reward", time.perf_counter() - start)
+
+        return reward
+
+    return [timed(fn) for fn in funcs]
+
+
 def timed_factory(factory: Callable[[], Any], clock: EnvClock) -> Callable[[], Any]:
     """The same wrapping for both sides: each instance the factory makes becomes an instance of a subclass of its
-    class whose `reset` and tool methods (the public functions TRL calls) add their wall time to `clock`. Made after
-    the first instance, since TRL's adapter binds its tool methods to its class in `__init__`."""
+    class whose `reset`, tool methods (the public functions TRL calls) and `get_reward` add their wall time to
+    `clock`. Made after the first instance, since TRL's adapter binds its tool methods to its class in `__init__`."""
     subclasses: dict[type, type] = {}
 
     def make() -> Any:
@@ -366,7 +388,7 @@ def timed_factory(factory: Callable[[], Any], clock: EnvClock) -> Callable[[], A
         cls = type(instance)
         if cls not in subclasses:
             names = [n for n, _ in inspect.getmembers(cls, predicate=inspect.isfunction)
-                     if n == "reset" or (not n.startswith("_") and n != "get_reward")]
+                     if n in ("reset", "get_reward") or not n.startswith("_")]
             body: dict[str, Any] = {n: _timed_method(getattr(cls, n), n, clock) for n in names}
             body.update(__module__=cls.__module__, __qualname__=cls.__qualname__)
             subclasses[cls] = type(cls.__name__, (cls,), body)  # same name: TRL names the reward column after it
@@ -428,7 +450,8 @@ class GrpoRun:
                                   max_completion_length=64 * self.turns)
         trainer = (self.trainer_class or GRPOTrainer)(model=tiny.model(self.tokenizer), processing_class=self.tokenizer, args=config,
                               train_dataset=train_dataset, environment_factory=timed_factory(factory, clock),
-                              reward_funcs=reward_funcs, rollout_func=tiny.scripted_rollouts(_first_turn),
+                              reward_funcs=timed_rewards(reward_funcs, clock),
+                              rollout_func=tiny.scripted_rollouts(_first_turn),
                               callbacks=[*callbacks, Marks()])
         clock.trainer = trainer
         trainer.remove_callback(PrinterCallback)  # the loss dicts it prints each step: noise here
@@ -449,10 +472,12 @@ class GrpoRun:
         for k in range(1, GRPO_STEPS + 1):
             (t0, c0, a0), (t1, c1, a1) = marks[k - 1], marks[k]
             requests = {p: c1.get(p, 0) - c0.get(p, 0) for p in c1 if c1.get(p, 0) != c0.get(p, 0)}
-            assert clock.calls[k] == {"reset": GRPO_BATCH, "echo": GRPO_BATCH * self.turns}, clock.calls
-            reset_ms = clock.by_call[k]["reset"] * 1000
+            calls = clock.calls[k]
+            assert (calls["reset"], calls["echo"]) == (GRPO_BATCH, GRPO_BATCH * self.turns), clock.calls
+            reset_ms, reward_ms = clock.by_call[k]["reset"] * 1000, clock.by_call[k].get("get_reward", 0.0) * 1000
             steps.append({"step": k, "env_ms": clock.seconds[k] * 1000, "reset_ms": reset_ms,
-                          "tool_ms": clock.seconds[k] * 1000 - reset_ms, "step_ms": (t1 - t0) * 1000,
+                          "tool_ms": clock.seconds[k] * 1000 - reset_ms - reward_ms, "reward_ms": reward_ms,
+                          "step_ms": (t1 - t0) * 1000,
                           "requests": requests, **{f"ahead_{n}": a1[n] - a0[n] for n in a1},
                           "score_group": sum(c for p, c in requests.items() if p.endswith("/score_group"))})
         return {"steps": steps, "ahead": ahead()}
@@ -528,7 +553,8 @@ def bench_grpo(rec: Recorder, server: BenchServer, url: str, adapter_path: Path,
                 else:
                     row = row_group if scored else row_metrics if metrics else row_on if open_ahead else row_off
                     rec.add(row + tag, "orsgen", step["env_ms"], step["requests"], extra)
-            env_ms = ", ".join(f"{s['env_ms']:.0f}" for s in result["steps"])
+            env_ms = ", ".join(f"{s['env_ms']:.0f} (reset {s['reset_ms']:.0f}, tools {s['tool_ms']:.0f}, reward "
+                               f"{s['reward_ms']:.0f})" for s in result["steps"])
             print(f"  {name}, run {r + 1}/{runs}: environment ms per step {env_ms}; requests per step "
                   f"{', '.join(str(sum(s['requests'].values())) for s in result['steps'])}; score_group requests "
                   f"per step {', '.join(str(s['score_group']) for s in result['steps'])}"
@@ -730,7 +756,7 @@ def main() -> None:
     if grpo_runs:
         print(f"GRPO rows: GRPOTrainer, {GRPO_STEPS} steps of {GRPO_BATCH} rollouts (num_generations {GRPO_GROUP}, or "
               f"{GRPO_SMALL_GROUP} where the row says groups of {GRPO_SMALL_GROUP}), one "
-              "scripted echo call per rollout; per step, the wall time inside reset() and the tool (the same timing "
+              "scripted echo call per rollout; per step, the wall time inside reset(), the tool and the reward (the same timing "
               "wrapper on both sides) and the requests the server saw from that step's start to the next one's (TRL "
               "closes a rollout's session at its next reset, orsgen a batch's once TRL has read its rewards: each "
               "step counts one step's closes); median over steps 2-3 of every run (step 1 pays one-offs: "

@@ -16,7 +16,17 @@ from tests.harness.generation import in_process, load
 
 ROOT = Path(__file__).resolve().parent.parent
 RUNTIME = ROOT / "codegen" / "orsgen" / "runtime"
-MODULES = {p.stem: p for p in RUNTIME.glob("*.py")}
+# The runtime's modules, and its packages (`trl`) as one node each: their own modules are `sources(path)`.
+MODULES = {p.stem: p for p in RUNTIME.glob("*.py")} | {p.name: p for p in RUNTIME.iterdir() if (p / "__init__.py").is_file()}
+
+
+def sources(path: Path) -> list[Path]:
+    """A module's file, or every module of a package."""
+    return sorted(path.rglob("*.py")) if path.is_dir() else [path]
+
+
+def trees(path: Path) -> list[ast.Module]:
+    return [ast.parse(source.read_text(encoding="utf-8")) for source in sources(path)]
 CANARY = "canary-27-not-for-files"
 
 
@@ -42,11 +52,11 @@ def test_no_runtime_module_but_the_adapters_names_an_adapter_private():
     for stem, path in MODULES.items():
         if stem == "adapter":
             continue
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-        named += [f"{stem}.py:{n.lineno}: .{n.attr}" for n in ast.walk(tree)
-                  if isinstance(n, ast.Attribute) and n.attr in privates]
-        named += [f"{stem}.py:{n.lineno}: class {n.name}(Adapter)" for n in ast.walk(tree)
-                  if isinstance(n, ast.ClassDef) and any(ast.unparse(b).endswith("Adapter") for b in n.bases)]
+        for tree in trees(path):
+            named += [f"{stem}:{n.lineno}: .{n.attr}" for n in ast.walk(tree)
+                      if isinstance(n, ast.Attribute) and n.attr in privates]
+            named += [f"{stem}:{n.lineno}: class {n.name}(Adapter)" for n in ast.walk(tree)
+                      if isinstance(n, ast.ClassDef) and any(ast.unparse(b).endswith("Adapter") for b in n.bases)]
     assert named == []
 
 
@@ -54,20 +64,20 @@ def test_no_runtime_module_reads_another_modules_private_names():
     """`client._loop`, `ahead._holding` and the like stay their module's: the others use public functions."""
     read = []
     for stem, path in MODULES.items():
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-        modules = {a.asname or a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)
-                   and n.module == "orsgen.runtime" for a in n.names if a.name in MODULES}
-        read += [f"{stem}.py:{n.lineno}: {n.value.id}.{n.attr}" for n in ast.walk(tree)
-                 if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id in modules
-                 and n.attr.startswith("_") and not n.attr.startswith("__")]
+        for tree in trees(path):
+            modules = {a.asname or a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)
+                       and n.module == "orsgen.runtime" for a in n.names if a.name in MODULES}
+            read += [f"{stem}:{n.lineno}: {n.value.id}.{n.attr}" for n in ast.walk(tree)
+                     if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id in modules
+                     and n.attr.startswith("_") and not n.attr.startswith("__")]
     assert read == []
 
 
 def runtime_imports(path: Path) -> set[str]:
-    """The runtime modules a runtime module imports: anywhere, in functions and under TYPE_CHECKING too; a name
-    imported from the package itself is an edge to `__init__` unless it is a module."""
+    """The runtime modules a runtime module (or package) imports: anywhere, in functions and under TYPE_CHECKING too;
+    a name imported from the package itself is an edge to `__init__` unless it is a module."""
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in (node for tree in trees(path) for node in ast.walk(tree)):
         if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("orsgen.runtime"):
             if node.module == "orsgen.runtime":
                 found |= {a.name if a.name in MODULES else "__init__" for a in node.names}
@@ -75,7 +85,14 @@ def runtime_imports(path: Path) -> set[str]:
                 found.add(node.module.split(".")[2])
         elif isinstance(node, ast.Import):
             found |= {a.name.split(".")[2] for a in node.names if a.name.startswith("orsgen.runtime.")}
-    return found - {path.stem}
+    return found - {path.stem, path.name}
+
+
+def test_the_trl_package_is_a_boundary_that_imports_no_other_runtime_module():
+    """`trl` (everything assumed about TRL) is a package of small modules; they import one another and nothing else
+    of the runtime, so TRL's knowledge stays in one place."""
+    assert MODULES["trl"].is_dir() and len(sources(MODULES["trl"])) > 5
+    assert runtime_imports(MODULES["trl"]) == set()
 
 
 def layers() -> dict[str, int]:
@@ -220,3 +237,81 @@ def test_a_missing_secret_variable_is_one_line_naming_it_before_any_request(guar
     env.reset(task_index=0)
     assert episode_of(env).session is not None
     close_all()
+
+
+# -- process-wide state in one holder (issue 43) -----------------------------------------------------------------------
+
+CONTAINERS = {"dict", "list", "set", "deque", "defaultdict", "OrderedDict", "Counter", "WeakSet", "WeakKeyDictionary",
+              "WeakValueDictionary", "local", "count", "iter"}
+ALWAYS = {"WeakSet", "WeakKeyDictionary", "WeakValueDictionary", "local", "count", "iter"}  # stateful by nature
+MUTATORS = {"append", "add", "update", "setdefault", "pop", "popitem", "clear", "extend", "discard", "remove", "insert"}
+
+
+def stores(tree: ast.Module) -> set[str]:
+    """The mutable module-level stores of a module: a name rebound through `global`; a container bound at module
+    level (a literal, or a dict/list/set/weak/thread-local/counter made there) that the module changes (item set or
+    deleted, a mutating method), or one stateful by nature; a function memoised with functools.cache/lru_cache; an
+    instance of a class of the module whose __init__ sets attributes (a holder)."""
+    found = {name for node in ast.walk(tree) if isinstance(node, ast.Global) for name in node.names}
+    inits = {node.name for node in tree.body if isinstance(node, ast.ClassDef) and any(
+        isinstance(f, ast.FunctionDef) and f.name == "__init__" for f in node.body)}
+    changed = {target.value.id for node in ast.walk(tree) for target in (
+        node.targets if isinstance(node, ast.Assign | ast.Delete) else [node.target] if isinstance(node, ast.AugAssign)
+        else []) if isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name)}
+    changed |= {node.func.value.id for node in ast.walk(tree) if isinstance(node, ast.Call) and isinstance(
+        node.func, ast.Attribute) and node.func.attr in MUTATORS and isinstance(node.func.value, ast.Name)}
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and any(ast.unparse(d).split(".")[-1].split("(")[0] in ("cache", "lru_cache")
+                                                     for d in node.decorator_list):
+            found.add(node.name)
+        if not isinstance(node, ast.Assign | ast.AnnAssign) or node.value is None:
+            continue
+        names = [t.id for t in (node.targets if isinstance(node, ast.Assign) else [node.target]) if isinstance(t, ast.Name)]
+        value = node.value
+        made = ast.unparse(value.func).split(".")[-1] if isinstance(value, ast.Call) else None
+        literal = isinstance(value, ast.Dict | ast.List | ast.Set | ast.DictComp | ast.ListComp | ast.SetComp)
+        for name in names:
+            if made in ALWAYS or made in inits or (literal or made in CONTAINERS) and name in changed:
+                found.add(name)
+    return found
+
+
+def test_the_store_count_sees_each_kind_of_store():
+    sample = ast.parse("import functools, weakref\nA = {}\nB = []\nC = {'x': 1}\nD = weakref.WeakSet()\nE = None\n"
+                       "class H:\n    def __init__(self):\n        self.x = 1\nF = H()\n"
+                       "def put(k):\n    global E\n    E = k\n    A[k] = 1\n    B.append(k)\n"
+                       "@functools.cache\ndef g():\n    return C['x']\n")
+    assert stores(sample) == {"A", "B", "D", "E", "F", "g"}  # C is a table nobody changes
+
+
+def test_the_runtime_keeps_at_most_three_mutable_module_level_stores():
+    found = sorted(f"{stem}.{name}" for stem, path in MODULES.items() for tree in trees(path) for name in stores(tree))
+    assert len(found) <= 3, found
+    assert "process.STATE" in found  # the one holder
+
+
+IMPORTS = """
+import atexit, os, sys, threading
+import asyncio, concurrent.futures, json, logging, queue, tempfile, weakref  # the standard library's own exit hooks
+before, threads = atexit._ncallbacks(), threading.active_count()
+import orsgen.runtime
+from orsgen.runtime import hooks, process
+parts = sorted(process.STATE.parts())
+print(atexit._ncallbacks() - before, threading.active_count() - threads, parts,
+      [e for e in hooks.EVENTS if hooks.wanted(e)], os.path.exists(os.environ["ORSGEN_TRAJECTORIES"]))
+"""
+
+
+def test_importing_the_runtime_registers_nothing(tmp_path):
+    """With ORSGEN_TRAJECTORIES and ORSGEN_EPISODE_METRICS set (AsyncGRPOTrainer's worker has them), importing the
+    runtime makes no recorder, registers no exit hook and no listener and starts no thread: the recorder starts when
+    an adapter (or a trainer's callback) first needs it."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "ORSGEN_TRAJECTORIES": str(tmp_path / "records"), "ORSGEN_EPISODE_METRICS": "1"}
+    run = subprocess.run([sys.executable, "-c", IMPORTS], capture_output=True, text=True, env=env, timeout=120,
+                         check=False)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split() == ["0", "0", "[]", "[]", "False"], run.stdout

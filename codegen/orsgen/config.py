@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from orsgen.errors import OrsgenError
+from orsgen.runtime.settings import BUDGET_KEYS, BudgetKey
 
 
 @dataclass(frozen=True)
@@ -54,26 +55,20 @@ class Option:
         return self.name.replace("-", "_")
 
 
-# Tool budgets, the last options: the module pins them (BUDGETS), the runtime applies them. A tool's own
-# (`[...NAME.tools.TOOL]`, `--tool-budget TOOL:KEY=VALUE`) are checked by these rows, and `timeout` is its own.
-TRUNCATE = ("head", "tail", "middle")  # the part of a long result kept
-_CHARS = Option("max-output-chars", int, "cap each tool result at N characters", "N", least=100)
-_TOKENS = Option("max-output-tokens", int, "cap each tool result at N tokens of --tokenizer", "N", least=10)
-_SIDE = Option("truncate", str, "the part of a long result kept: head, tail or middle (default)", "SIDE",
-               choices=TRUNCATE)
-_IMAGES = Option("max-images", int, "image blocks kept per tool result", "N")
+# Tool budgets, the last options: the module pins them (BUDGETS), the runtime applies them. Their keys, kinds and
+# bounds are the runtime's budget table (settings.BUDGET_KEYS), read here and by the runtime's settings alike. A tool's
+# own (`[...NAME.tools.TOOL]`, `--tool-budget TOOL:KEY=VALUE`) are checked by the rows of the keys it may set.
+
+
+def _option(row: BudgetKey) -> Option:
+    return Option(row.key, row.kind, row.help, row.metavar, least=row.floor, choices=row.choices)
+
+
 BUDGET_OPTIONS = (
-    _CHARS,
-    _TOKENS,
-    Option("tokenizer", str, "what --max-output-tokens counts with: a Hugging Face tokenizer name or a local path",
-           "NAME"),
-    _SIDE,
-    _IMAGES,
-    Option("episode-timeout", float, "seconds one episode may take", "S"),
-    Option("max-tool-calls", int, "tool calls one episode may make", "N", least=1),
+    *(_option(row) for row in BUDGET_KEYS if row.setting is not None),
     Option("tools", dict, "one tool's budget; repeatable", "TOOL:KEY=VALUE", flag_name="tool-budget"),
 )
-TOOL_BUDGET_OPTIONS = (_CHARS, _TOKENS, _SIDE, _IMAGES, Option("timeout", float, "seconds one call may take", "S"))
+TOOL_BUDGET_OPTIONS = tuple(_option(row) for row in BUDGET_KEYS if row.per_tool)
 
 # The options a target may set, in the order the header's regenerate command writes them. (--env may be repeated on
 # the command line, for several environments of one server: see cli.)

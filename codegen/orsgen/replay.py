@@ -139,11 +139,11 @@ def read(paths: list[Path]) -> list[Episode]:
 
 def replay(episodes: list[Episode], live: Any) -> None:
     """Each replayable episode re-driven, compared, its replayed record kept (one at a time, in order)."""
-    from orsgen.evaluate.episode import Watcher
     from orsgen.runtime.errors import StartError, WrongServer
+    from orsgen.runtime.trajectories import Traces
 
     classes = _classes(live)
-    watcher = Watcher()
+    traces = Traces()  # each episode's hook records, kept once it ended
     try:
         for episode in episodes:
             if episode.status != "equal":
@@ -153,14 +153,14 @@ def replay(episodes: list[Episode], live: Any) -> None:
                 episode.status, episode.said = "not replayable", why
                 continue
             try:
-                episode.replayed = _again(episode.record, classes(episode.record.get("adapter")), watcher)
+                episode.replayed = _again(episode.record, classes(episode.record.get("adapter")), traces)
             except (StartError, WrongServer, ValueError) as exc:  # what stops every episode: one line, exit 2
                 raise OrsgenError(f"replaying {episode.where}: {exc}") from None
             difference = compare(episode.record, episode.replayed)
             if difference is not None:
                 episode.status, episode.said = "differs", difference
     finally:
-        watcher.close()
+        traces.close()
 
 
 def _classes(live: Any) -> Any:
@@ -202,13 +202,12 @@ def _unreplayable(record: dict[str, Any], live: Any) -> str | None:
     return None
 
 
-def _again(record: dict[str, Any], cls: type, watcher: Any) -> dict[str, Any]:
+def _again(record: dict[str, Any], cls: type, traces: Any) -> dict[str, Any]:
     """The episode re-driven on a fresh session: its new record, in the record's schema and identity."""
-    from orsgen.runtime import ToolError, trajectories
-    from orsgen.runtime.adapter import call_tool, close_episode, secrets_of
+    from orsgen.runtime import ToolError
+    from orsgen.runtime.adapter import call_tool, close_episode, episode_of, secrets_of
 
     env = cls(settings={"check_drift": False})
-    seen = watcher.watch(env)
     try:
         env.reset(split=record["split"], task_index=record["task_index"])
         for call in record["tool_calls"]:
@@ -216,15 +215,19 @@ def _again(record: dict[str, Any], cls: type, watcher: Any) -> dict[str, Any]:
                 call_tool(env, call["name"], call["arguments"])
             except ToolError:
                 pass  # recorded in its hook record: the error the model was shown
-        got = env.get_reward()  # the episode's end: its hook record holds what the record is built from
-        replayed = trajectories.build(
-            seen.start, seen.calls, seen.end, run=record.get("run"), step=record.get("step"),
-            rank=record.get("rank") or 0, environment=record.get("environment"), task_spec=record.get("task_spec"),
-            session=seen.session, prompt=record.get("prompt"), secrets=secrets_of(env), model=record.get("model"),
-            rollout=record.get("rollout"), usage=record.get("usage"), policy_version=record.get("policy_version"))
+        got = env.get_reward()  # the episode's end: its trace holds what the record is built from
+        trace = traces.take(episode_of(env))
+        if trace is None:
+            raise AssertionError("the runtime reported no end of the episode")
+        trace.policy_version = record.get("policy_version")
+        trace.ended_at = None
+        replayed = trace.record(
+            run=record.get("run"), step=record.get("step"), rank=record.get("rank") or 0,
+            environment=record.get("environment"), task_spec=record.get("task_spec"), prompt=record.get("prompt"),
+            secrets=secrets_of(env), model=record.get("model"), rollout=record.get("rollout"), usage=record.get("usage"))
     finally:
         close_episode(env)
-        watcher.forget(env)
+        traces.take(episode_of(env))  # (one an error cut short)
     replayed["stream"] = record.get("stream")
     replayed["completion"] = _completion(record, replayed)
     rule = reward_rule(record)

@@ -51,7 +51,7 @@ def measure(invocation: Invocation) -> int:
     _same_module(folder, members, invocation)
     _need_transformers()
     from orsgen import runtime
-    from orsgen.runtime.trajectories import Sink
+    from orsgen.runtime.recorder import Recorder
 
     scoring = {m: episode.Scoring(_rewards(m, run.rewards), run.max_turns, run.seed, run.unscored_reward, folder.name)
                for m in members}
@@ -74,8 +74,8 @@ def measure(invocation: Invocation) -> int:
         model.close()
         raise
     _save_run(folder, run, url, members, concurrency, invocation.resume is None)
-    watcher, stop = episode.Watcher(busy=limiter.busy), threading.Event()
-    watcher.specs.update(_specs(todo))
+    recorder = Recorder(folder, path=folder / RECORDS, build=False, quiet=True)
+    kept, stop = episode.Records(recorder, episode.Refusals(busy=limiter.busy), _specs(todo)), threading.Event()
     shown = progress.Progress(len(todo))
     log = logging.getLogger("orsgen")
     above = progress.Above(shown)
@@ -85,8 +85,8 @@ def measure(invocation: Invocation) -> int:
     print(f"orsgen eval: {len(plan)} episodes ({len(plan) // run.rollouts} tasks x {run.rollouts}), {len(todo)} to "
           f"run{_again_said(rerun, ' ({n} of them again: {said})')}, at most {limiter.cap} at once; writing to "
           f"{folder} (orsgen eval --resume {folder} if stopped)", file=sys.stderr)
-    sink, status, failed_in_a_row, why = Sink(folder / RECORDS), 0, 0, None
-    work_pool = pool.Pool(todo, lambda w: episode.run(w, model, watcher, scoring[w.member], stop), limiter, stop)
+    status, failed_in_a_row, why = 0, 0, None
+    work_pool = pool.Pool(todo, lambda w: episode.run(w, model, kept, scoring[w.member], stop), limiter, stop)
     requeued: dict[Any, int] = {}
     rerun_done: Counter[str] = Counter()
     try:
@@ -106,7 +106,7 @@ def measure(invocation: Invocation) -> int:
                 break
             if ended.result is None:
                 continue
-            unsaved = _save(sink, ended.result)
+            unsaved = _save(recorder, ended.result)
             if unsaved is not None:  # a full disk: stop, with what is saved and the resume line
                 why, status = f"cannot write {folder / RECORDS}: {unsaved}", 2
                 break
@@ -133,8 +133,8 @@ def measure(invocation: Invocation) -> int:
         work_pool.finish(timeout=10.0 if status != 130 else 5.0)
         model.close()
         runtime.close_all()
-        watcher.close()
-        sink.close()
+        kept.refusals.close()
+        recorder.close()
         shown.end()
         log.removeHandler(above)
         log.propagate = True
@@ -174,15 +174,15 @@ def _key(record: dict[str, Any]) -> tuple[Any, ...]:
     return record["environment"], record["split"], record["task_index"], record.get("rollout")
 
 
-def _save(sink: Any, record: dict[str, Any]) -> str | None:
-    """Append the record (lone surrogates a model wrote escaped); why it could not be written, or None."""
-    from orsgen.runtime import jsontext
-
-    try:
-        sink.write([jsontext.dumps(record, default=str)])
-    except OSError as exc:
-        return str(exc.strerror or exc)
-    return None
+def _save(recorder: Any, record: dict[str, Any]) -> str | None:
+    """Append the record through the recorder and wait until it is written (lone surrogates a model wrote escaped);
+    why it could not be written, or None."""
+    before = recorder.written
+    recorder.put(record)
+    recorder.flush(timeout=60.0)
+    if recorder.written > before:
+        return None
+    return recorder.file.failure or recorder.stopped or "the record writer did not take it"
 
 
 def _what(invocation: Invocation) -> tuple[Path, Run, str | None]:

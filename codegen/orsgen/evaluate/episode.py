@@ -1,7 +1,8 @@
-"""One evaluation episode, as GRPOTrainer runs a rollout (trl-contract §2.3-2.5), with the model behind an endpoint:
-`reset(**row)` appended to the row's prompt, the model's tool calls made on the adapter's own methods in order with
-TRL's result and error texts, at most `max_turns` rounds of them, then the reward functions named and `get_reward()`
-summed as TRL sums them. What the runtime's hooks saw makes the episode's trajectory record (`trajectories.build`).
+"""One evaluation episode, as GRPOTrainer runs a rollout (the runtime's `trl.rollout`, read under training's version
+check), with the model behind an endpoint: `reset(**row)` appended to the row's prompt, the model's tool calls made on
+the adapter's own methods in order with TRL's result and error texts, at most `max_turns` rounds of them, then the
+reward functions named and `get_reward()` summed as TRL sums them. The runtime's recorder keeps what its hooks saw of
+the episode (its trace), from which its trajectory record is built (`trajectories.build`) and written.
 
 A reply the endpoint failed is the episode's `error` (unscored, `endpoint_error`). A conversation the endpoint refused
 because it holds the model's own tool call that is not JSON ends the episode as TRL ends a rollout whose call it
@@ -9,9 +10,7 @@ cannot parse: no more turns, scored as it stands, its reason in the record's `mo
 
 from __future__ import annotations
 
-import asyncio
 import copy
-import inspect
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,8 +19,10 @@ from typing import Any
 from orsgen.evaluate.endpoint import Endpoint, EndpointError, ModelError
 from orsgen.evaluate.target import Member, tool_methods
 from orsgen.runtime import hooks, trajectories
-from orsgen.runtime.adapter import close_episode, secrets_of, task_spec
+from orsgen.runtime.adapter import close_episode, episode_of, secrets_of, task_spec
 from orsgen.runtime.errors import DriftError, StartError, WrongServer
+from orsgen.runtime.recorder import Recorder
+from orsgen.runtime.trl import rollout
 
 
 @dataclass(frozen=True)
@@ -46,56 +47,41 @@ class Fatal(Exception):
     """What ends the run (the environment is down, its tools drifted): one line."""
 
 
-@dataclass
-class Seen:
-    """The hook records of one adapter's episode."""
-
-    start: Any = None
-    calls: list[Any] = field(default_factory=list)
-    end: Any = None
-    session: str | None = None  # the ORS session id, read at the end (its session is still open then)
-    refused: bool = False  # a start attempt got 429
-
-
-class Watcher:
-    """The runtime's hooks, sorted by adapter: each evaluation episode has an adapter of its own."""
+class Refusals:
+    """The starts the environment refused for capacity (429), by adapter: the limiter hears each as it happens, and an
+    episode whose start failed after one is run again later (`Busy`)."""
 
     def __init__(self, busy: Callable[[float | None], None] = lambda seconds: None) -> None:
-        self._busy = busy  # told of each start the environment refused for capacity, as it happens
-        self._seen: dict[int, Seen] = {}
-        self.specs: dict[tuple[str, str, int], Any] = {}  # each task's spec, read once per run
+        self._busy = busy
+        self._refused: set[int] = set()
         self._lock = threading.Lock()
-        for event in hooks.EVENTS:
-            hooks.add(event, self._heard)
+        hooks.add("session_open", self._heard)
 
-    def watch(self, env: Any) -> Seen:
-        with self._lock:
-            seen = self._seen[id(env)] = Seen()
-        return seen
+    def refused(self, env: Any) -> bool:
+        return id(env) in self._refused
 
     def forget(self, env: Any) -> None:
         with self._lock:
-            self._seen.pop(id(env), None)
+            self._refused.discard(id(env))
 
     def close(self) -> None:
-        for event in hooks.EVENTS:
-            hooks.remove(event, self._heard)
+        hooks.remove("session_open", self._heard)
 
-    def _heard(self, record: Any) -> None:
-        with self._lock:
-            seen = self._seen.get(id(record.adapter))
-        if seen is None:
-            return
-        if isinstance(record, hooks.EpisodeStart):
-            seen.start = record
-        elif isinstance(record, hooks.ToolCall):
-            seen.calls.append(record)
-        elif isinstance(record, hooks.EpisodeEnd):
-            seen.end = record
-            seen.session = getattr(getattr(record.episode, "session", None), "sid", None)
-        elif isinstance(record, hooks.SessionOpen) and record.status == 429:
-            seen.refused = True
+    def _heard(self, record: hooks.SessionOpen[Any]) -> None:
+        if record.status == 429:
+            with self._lock:
+                self._refused.add(id(record.adapter))
             self._busy(None)
+
+
+@dataclass(frozen=True)
+class Records:
+    """Where the run's records go (the runtime's recorder: it keeps each episode's trace, and writes each record),
+    the starts refused for capacity, and each task's spec, read once per run."""
+
+    recorder: Recorder
+    refusals: Refusals
+    specs: dict[tuple[str, str, int], Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -109,31 +95,34 @@ class Scoring:
     run: str
 
 
-def run(work: Work, endpoint: Endpoint, watcher: Watcher, scoring: Scoring, stop: threading.Event
+def run(work: Work, endpoint: Endpoint, records: Records, scoring: Scoring, stop: threading.Event
         ) -> dict[str, Any] | None:
     """The episode's trajectory record; None when it was stopped (Ctrl-C) before its end. Busy and Fatal as above."""
+    rollout.rollout_release()  # training's version check (once per process)
     cls = work.member.adapter_class(work.row)
     given = {} if scoring.unscored_reward is None else {"unscored_reward": scoring.unscored_reward}
     env = cls(settings=given)
-    seen = watcher.watch(env)
     try:
-        return _episode(work, env, seen, endpoint, scoring, stop, watcher.specs)
+        return _episode(work, env, endpoint, scoring, stop, records)
     finally:
         close_episode(env)  # ends it (unread if nothing read it) and closes its session, waiting for the server
-        watcher.forget(env)
+        records.recorder.take(episode_of(env))  # (a trace the record did not take: an episode stopped early)
+        records.refusals.forget(env)
 
 
-def _episode(work: Work, env: Any, seen: Seen, endpoint: Endpoint, scoring: Scoring, stop: threading.Event,
-             specs: dict[tuple[str, str, int], Any]) -> dict[str, Any] | None:
+def _episode(work: Work, env: Any, endpoint: Endpoint, scoring: Scoring, stop: threading.Event,
+             records: Records) -> dict[str, Any] | None:
     try:
         observation = env.reset(**work.row)
     except StartError as exc:
-        if seen.refused:
+        if records.refusals.refused(env):
             raise Busy(str(exc)) from None
         raise Fatal(str(exc)) from None
     except (DriftError, WrongServer) as exc:
         raise Fatal(str(exc)) from None
-    prompt = _prompt(work.row["prompt"], observation)
+    episode = episode_of(env)
+    not_started = episode is not None and episode.why is not None  # its start failed: the episode is unscored
+    prompt = rollout.prompt(work.row["prompt"], observation)
     tools = work.member.schemas(type(env))
     methods = {method.__name__: method for method in tool_methods(env)}
     completion: list[dict[str, Any]] = []
@@ -141,7 +130,7 @@ def _episode(work: Work, env: Any, seen: Seen, endpoint: Endpoint, scoring: Scor
     seed = None if scoring.seed is None else scoring.seed + work.number
     usage: dict[str, int] | None = None
     model_seconds, error, model_error, rounds = 0.0, None, None, 0
-    while not stop.is_set() and not (seen.start is not None and seen.start.error):  # a task that never started
+    while not stop.is_set() and not not_started:
         try:
             reply = endpoint.reply(wire, tools, seed)
         except EndpointError as exc:
@@ -157,25 +146,24 @@ def _episode(work: Work, env: Any, seen: Seen, endpoint: Endpoint, scoring: Scor
         wire.append({"role": "assistant", "content": reply.turn["content"] or None,
                      **({"tool_calls": [{"id": i, "type": "function", "function": {"name": n, "arguments": a}}
                                         for i, n, a in reply.calls]} if reply.calls else {})})
-        if not reply.calls or rounds >= scoring.max_turns:  # TRL leaves the last round's calls unmade
+        if not reply.calls or rollout.last_round(rounds, scoring.max_turns):  # its calls are left unmade
             break
         for (call_id, name, _), call in zip(reply.calls, reply.turn["tool_calls"], strict=True):
-            result = _call(methods, name, call["function"]["arguments"])
+            result = rollout.call(methods, name, call["function"]["arguments"])
             completion.append({"role": "tool", "name": name, "content": result})
             wire.append({"role": "tool", "tool_call_id": call_id, "content": _text(result)})
         rounds += 1
     if stop.is_set() and error is None:
         return None
-    reward = None if error is not None else _reward(work, env, prompt, completion, scoring.rewards)
+    reward = None if error is not None else rollout.reward(work.row, env, prompt, completion, scoring.rewards)
     close_episode(env)  # its end hook has run: the record can be built
-    if seen.end is None:
+    trace = records.recorder.take(episode)
+    if trace is None:
         raise AssertionError("the runtime reported no end of the episode")
-    record = trajectories.build(seen.start, seen.calls, seen.end, run=scoring.run, environment=work.member.name,
-                                session=seen.session,
-                                prompt=prompt, completion=completion, secrets=[*secrets_of(env), *endpoint.secrets()],
-                                model=endpoint.model,
-                                rollout=work.rollout, usage=usage, model_seconds=model_seconds, error=error,
-                                task_spec=_spec(env, work, specs))
+    record = trace.record(run=scoring.run, environment=work.member.name, prompt=prompt, completion=completion,
+                          secrets=[*secrets_of(env), *endpoint.secrets()], model=endpoint.model, rollout=work.rollout,
+                          usage=usage, model_seconds=model_seconds, error=error,
+                          task_spec=_spec(env, work, records.specs))
     record["stream"] = "eval"
     record["model_error"] = _redacted(model_error, [*secrets_of(env), *endpoint.secrets()])
     if error is None:
@@ -188,42 +176,6 @@ def _redacted(text: str | None, secrets: list[str]) -> str | None:
     for secret in sorted({s for s in secrets if len(s) >= 4}, key=len, reverse=True):
         text = None if text is None else text.replace(secret, trajectories.SECRET)
     return text
-
-
-def _prompt(turns: list[dict[str, Any]], observation: Any) -> list[dict[str, Any]]:
-    """The row's prompt with what reset() returned appended to its last turn, as GRPOTrainer does."""
-    prompt = copy.deepcopy(turns)
-    if observation is None:
-        return prompt
-    last = prompt[-1]
-    if isinstance(observation, str) and isinstance(last.get("content"), str):
-        last["content"] += observation
-    else:
-        parts = last.get("content")
-        parts = [{"type": "text", "text": parts}] if isinstance(parts, str) else list(parts or [])
-        last["content"] = parts + (observation if isinstance(observation, list) else [{"type": "text",
-                                                                                        "text": str(observation)}])
-    return prompt
-
-
-def _call(methods: dict[str, Any], name: str, arguments: Any) -> Any:
-    """A tool call as GRPOTrainer makes it: its result as the tool message's content, an exception as
-    `{'error': ...}` (counted a failure)."""
-    try:
-        if name not in methods:
-            raise ValueError(f"Tool {name} not found.")
-        if not isinstance(arguments, dict):
-            raise TypeError(f"the arguments of {name} are not a JSON object: {str(arguments)[:200]}")
-        result = methods[name](**arguments)
-        if inspect.isawaitable(result):
-            result = asyncio.run(_awaited(result))
-    except Exception as exc:  # noqa: BLE001 - what TRL's loop catches, the model sees
-        result = {"error": str(exc)}
-    return result if isinstance(result, list) else str(result)
-
-
-async def _awaited(result: Any) -> Any:
-    return await result
 
 
 def _text(content: Any) -> Any:
@@ -248,23 +200,6 @@ def _data_uri(image: Any) -> str:
     buffer = io.BytesIO()
     image.save(buffer, format="PNG")
     return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
-
-
-def _reward(work: Work, env: Any, prompt: Any, completion: Any, rewards: tuple[Callable[..., Any], ...]
-            ) -> float | None:
-    """TRL's reward of one rollout: each reward function's value (None: no value), then get_reward()'s, summed with
-    weight 1; None when none gave one."""
-    columns = {k: [v] for k, v in work.row.items() if k not in ("prompt", "completion", "completion_ids")}
-    values: list[float | None] = []
-    for func in rewards:
-        found = func(prompts=[prompt], completions=[completion], completion_ids=[[]], trainer_state=None,
-                     log_extra=lambda *a, **k: None, log_metric=lambda *a, **k: None, environments=[env], **columns)
-        if inspect.isawaitable(found):
-            found = asyncio.run(_awaited(found))
-        values.append(found[0])
-    values.append(env.get_reward())
-    scored = [float(v) for v in values if v is not None]
-    return sum(scored) if scored else None
 
 
 def _spec(env: Any, work: Work, specs: dict[tuple[str, str, int], Any]) -> Any:

@@ -8,17 +8,17 @@ regeneration.
 from typing import Any
 
 from orsgen import __version__
-from orsgen.runtime import hooks
-from orsgen.runtime.adapter import UNSET, Adapter, close_all, episode_of, open_sessions
+from orsgen.runtime import hooks, recorder
+from orsgen.runtime.adapter import UNSET, Adapter, episode_of
 from orsgen.runtime.episode import Episode, Unscored
 from orsgen.runtime.errors import DriftError, StartError, ToolError, WrongServer, named
 from orsgen.runtime.groups import group_reward
 from orsgen.runtime.pinned import Pinned
+from orsgen.runtime.recorder import Recorder
 from orsgen.runtime.rewards import finished_reward, outcome_reward, shaped_reward, terminal_reward, total_reward
 from orsgen.runtime.rows import bundle as bundle_dataset
 from orsgen.runtime.rows import one_type
-from orsgen.runtime.trajectories import Recorder, from_environment
-from orsgen.runtime.worker_metrics import from_environment as count_for_trainer
+from orsgen.runtime.runner import close_all, open_sessions
 
 API = 1  # the contract between generated modules and this runtime; a module written for another API refuses to load
 
@@ -45,8 +45,7 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-from_environment()  # ORSGEN_TRAJECTORIES: this process records too (AsyncGRPOTrainer's worker, or set by hand)
-count_for_trainer()  # ORSGEN_EPISODE_METRICS: this process counts its episodes for a trainer (AsyncGRPO's worker)
+recorder.asked()  # a bad ORSGEN_TRAJECTORIES is one line now, before any training (it makes nothing here)
 
 
 def require(api: int, module: str) -> None:

@@ -23,35 +23,56 @@ from dataclasses import dataclass
 from typing import Any
 
 from orsgen.runtime import client, sessions, trl
+from orsgen.runtime.process import STATE
 from orsgen.runtime.sessions import Planned
 
 Opening = concurrent.futures.Future[Any]  # resolves to (session, prompt), or to None: "open it in line"
 Tag = tuple[str, int]  # the batch an opening is for (trl.Batch.tag: stream, first position)
-# The instances holding openings, held: what one holds must be closed even when the trainer, its adapters or the
-# module are gone; one that holds nothing is dropped, so this never grows beyond the modules in use.
-_holding: set[Ahead] = set()
-totals = {"opened": 0, "taken": 0, "unused": 0}  # of every instance this process had (EpisodeMetrics' figures)
-_totals_lock = threading.Lock()
+
+
+class Stores:
+    """What is opened ahead in this process (held by process.STATE): the stores holding openings, held (what one
+    holds must be closed even when the trainer, its adapters or the module are gone; one that holds nothing is
+    dropped, so this never grows beyond the modules in use); the counts of every store this process had (EpisodeMetrics'
+    figures); the trainers openings were made for (weakly) and their tokens (`release`)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.holding: set[Ahead] = set()
+        self.totals = {"opened": 0, "taken": 0, "unused": 0}
+        self.owners: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+        self.tokens = itertools.count(1)
+
+
+def _stores() -> Stores:
+    return STATE.part("ahead", Stores)
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("totals", "_holding"):  # (the counts, and the stores holding openings, as tests and figures read them)
+        return _stores().totals if name == "totals" else _stores().holding
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _count(what: str, n: int) -> None:
-    with _totals_lock:
-        totals[what] += n
+    stores = _stores()
+    with stores.lock:
+        stores.totals[what] += n
 
 
 def drain_all(keep: Tag | None = None) -> list[Opening]:
     """What no reset took, in every module (but what was opened for the batch `keep`): the caller closes them."""
-    return [opening for ahead in list(_holding) for opening in ahead.drain(keep)]
+    return [opening for ahead in list(_stores().holding) for opening in ahead.drain(keep)]
 
 
 def release(owner: Hashable) -> list[Opening]:
     """What no reset took of what was opened for `owner`'s batches, in every module: the caller closes them."""
-    return [opening for ahead in list(_holding) for opening in ahead.drain(owner=owner)]
+    return [opening for ahead in list(_stores().holding) for opening in ahead.drain(owner=owner)]
 
 
 def openings(tag: Tag) -> list[Opening]:
     """Every opening waiting for the batch `tag`, in every module."""
-    return [opening for ahead in list(_holding) for opening in ahead.waiting_for(tag)]
+    return [opening for ahead in list(_stores().holding) for opening in ahead.waiting_for(tag)]
 
 
 class Ahead:
@@ -67,7 +88,7 @@ class Ahead:
             self.waiting.setdefault((tag, key), []).append(opening)
             self.opened += 1
             _count("opened", 1)
-            _holding.add(self)
+            _stores().holding.add(self)
 
     def count(self, tag: Tag, key: Hashable) -> int:
         with self.lock:
@@ -128,7 +149,7 @@ class Ahead:
 
     def _held(self) -> None:  # under self.lock
         if not self.waiting:
-            _holding.discard(self)
+            _stores().holding.discard(self)
 
 
 # -- planning ---------------------------------------------------------------------------------------------------
@@ -208,21 +229,16 @@ async def take(taken: Opening, seat: Seat, tag: Tag) -> Any:
     return opened
 
 
-# The trainers what is opened ahead was opened for (weakly), and the token their openings carry (release).
-_owners: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
-_owners_lock = threading.Lock()
-_tokens = itertools.count(1)
-
-
 def owner(trainer: Any | None) -> int | None:
     """The token of `trainer` for what is opened ahead for its batches. At its first sight, its collection and
     the end of its training (trl.on_training_end) are tied to closing what it still has waiting."""
     if trainer is None:
         return None
-    with _owners_lock:
-        token = _owners.get(trainer)
+    stores = _stores()
+    with stores.lock:
+        token = stores.owners.get(trainer)
         if token is None:
-            token = _owners[trainer] = next(_tokens)
+            token = stores.owners[trainer] = next(stores.tokens)
             weakref.finalize(trainer, _release, token).atexit = False  # at exit, the exit hook closes them
             trl.on_training_end(trainer, functools.partial(_release, token))
     return token

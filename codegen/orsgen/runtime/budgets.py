@@ -21,12 +21,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from orsgen.runtime import settings
-from orsgen.runtime.settings import TOOL_KEYS, Refused, Settings
+from orsgen.runtime.process import STATE
+from orsgen.runtime.settings import BUDGET_BY_KEY, BUDGET_KEYS, TOOL_KEYS, Refused, Settings
 
-# The environment-wide budget keys and the setting that overrides each at run time.
-SETTING = {"max-output-chars": "max_output_chars", "max-output-tokens": "max_output_tokens", "tokenizer": "tokenizer",
-           "truncate": "truncate", "max-images": "max_images", "episode-timeout": "episode_timeout",
-           "max-tool-calls": "max_tool_calls"}
+# The environment-wide budget keys and the setting that overrides each at run time (the table's).
+SETTING = {row.key: row.setting for row in BUDGET_KEYS if row.setting is not None}
 CAPS = ("max-output-chars", "max-output-tokens", "max-images")
 PINNED = "pinned in the module"
 _FROM = {"head": "the end", "tail": "the start", "middle": "the middle"}  # where a cut that keeps this side is
@@ -77,12 +76,8 @@ class Budgets:
         self.caps = any(self._wide[key] is not None for key in CAPS) or any(
             keys.get(key) is not None for source in self._per_tool for keys in source.values() for key in CAPS)
         self._limits: dict[str, Limits] = {}
-        self.max_tool_calls: int | None = self._wide["max-tool-calls"]
-        self.calls_from = "the max_tool_calls setting" if config.max_tool_calls is not None else \
-            f"max-tool-calls, {PINNED}"
-        self.episode_timeout: float | None = self._wide["episode-timeout"]
-        self.timeout_from = "ORSGEN_EPISODE_TIMEOUT" if config.episode_timeout is not None else \
-            f"episode-timeout, {PINNED}"
+        self.max_tool_calls, self.calls_from = self.limit("max-tool-calls")
+        self.episode_timeout, self.timeout_from = self.limit("episode-timeout")
         tokens = self._wide["max-output-tokens"] is not None or any(
             keys.get("max-output-tokens") is not None for source in self._per_tool for keys in source.values())
         if tokens:  # loaded here, once per process: a tokenizer that cannot load stops the first reset, not a call
@@ -95,6 +90,14 @@ class Budgets:
             except Exception as exc:  # noqa: BLE001 - whatever stops it loading, in one line
                 raise ValueError(f"{module}: the tokenizer {name!r} (max-output-tokens) could not be loaded: "
                                  f"{_line(exc)}") from None
+
+    def limit(self, key: str) -> tuple[Any, str]:
+        """An environment-wide budget's value (None: none) and where it came from, as a refusal names it: its
+        setting, else the module's pin."""
+        row = BUDGET_BY_KEY[key]
+        if row.setting is not None and getattr(self.config, row.setting) is not None:
+            return self._wide[key], row.said or f"the {row.setting} setting"
+        return self._wide[key], f"{key}, {PINNED}"
 
     def limits(self, tool: str) -> Limits:
         """Tool `tool`'s budget (its wire name)."""
@@ -192,15 +195,20 @@ def _line(exc: BaseException) -> str:
 
 # -- tokenizers -------------------------------------------------------------------------------------------------------
 
-_tokenizers: dict[str, Any] = {}
-_lock = threading.Lock()
+class Tokenizers:
+    """The tokenizers this process loaded, by name (held by process.STATE)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.loaded: dict[str, Any] = {}
 
 
 def tokenizer(name: str) -> Any:
     """The Rust tokenizer of `name` (a model hub name, or a local path: offline), loaded once per process with
     transformers' AutoTokenizer; a copy without truncation or padding, which threads may share."""
-    with _lock:
-        if name not in _tokenizers:
+    tokenizers = STATE.part("tokenizers", Tokenizers)
+    with tokenizers.lock:
+        if name not in tokenizers.loaded:
             from tokenizers import Tokenizer
             from transformers import AutoTokenizer
 
@@ -210,8 +218,8 @@ def tokenizer(name: str) -> Any:
             backend = Tokenizer.from_str(loaded.backend_tokenizer.to_str())
             backend.no_truncation()
             backend.no_padding()
-            _tokenizers[name] = backend
-        return _tokenizers[name]
+            tokenizers.loaded[name] = backend
+        return tokenizers.loaded[name]
 
 
 def _token_spans(texts: list[str], name: str) -> list[tuple[int, int]]:

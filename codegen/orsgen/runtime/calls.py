@@ -22,16 +22,34 @@ from dataclasses import dataclass
 from typing import Any
 
 from orsgen.runtime import client
+from orsgen.runtime.process import STATE
 
 log = logging.getLogger("orsgen")
-totals = {"started": 0, "mismatched": 0}  # of this process (EpisodeMetrics' figures)
-_lock = threading.Lock()
-# Per adapter: its calls started ahead, in the order TRL makes them.
-_waiting: weakref.WeakKeyDictionary[Any, list[Started]] = weakref.WeakKeyDictionary()
-_turns: list[Any] = []  # the last turn planned (its TRL list, held: its id names one turn)
-_running: set[concurrent.futures.Future[Any]] = set()
-_local = threading.local()
-_off = False
+
+
+class Turns:
+    """A turn's calls started ahead, in this process (held by process.STATE): per adapter, its calls started ahead
+    in the order TRL makes them; the last turn planned (its TRL list, held: its id names one turn); what runs them;
+    whether the feature is off (a mismatch); the counts (EpisodeMetrics' figures); this thread's capture."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.waiting: weakref.WeakKeyDictionary[Any, list[Started]] = weakref.WeakKeyDictionary()
+        self.turn: list[Any] = []
+        self.running: set[concurrent.futures.Future[Any]] = set()
+        self.off = False
+        self.totals = {"started": 0, "mismatched": 0}
+        self.local = threading.local()
+
+
+def _turns() -> Turns:
+    return STATE.part("calls", Turns)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "totals":  # (the counts, as the figures and the tests read them)
+        return _turns().totals
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass(frozen=True)
@@ -52,27 +70,29 @@ class Started:
 @contextlib.contextmanager
 def capture() -> Iterator[None]:
     """While inside, this thread's tool calls return `Captured` (Adapter._call), sending nothing."""
-    _local.capturing = True
+    local = _turns().local
+    local.capturing = True
     try:
         yield
     finally:
-        _local.capturing = False
+        local.capturing = False
 
 
 def capturing() -> bool:
-    return bool(getattr(_local, "capturing", False))
+    return bool(getattr(_turns().local, "capturing", False))
 
 
 def off() -> bool:
-    return _off
+    return _turns().off
 
 
 def first_of(key: Hashable, holds: Any) -> bool:
     """Whether the turn `key` is new (then it is the one planned): its later calls are started once."""
-    with _lock:
-        if _turns and _turns[0] == key:
+    turns = _turns()
+    with turns.lock:
+        if turns.turn and turns.turn[0] == key:
             return False
-        _turns[:] = [key, holds]
+        turns.turn[:] = [key, holds]
         return True
 
 
@@ -80,9 +100,10 @@ def start(adapter: Any, chain: list[Captured], run: Callable[[str, dict[str, Any
     """Start `adapter`'s calls `chain` one after another on the runtime's loop (`run(name, arguments)`), each
     outcome waiting for TRL's call of it."""
     started = [Started(c.name, c.arguments, concurrent.futures.Future()) for c in chain]
-    with _lock:
-        _waiting.setdefault(adapter, []).extend(started)
-        totals["started"] += len(started)
+    turns = _turns()
+    with turns.lock:
+        turns.waiting.setdefault(adapter, []).extend(started)
+        turns.totals["started"] += len(started)
 
     async def in_order() -> None:
         for call in started:
@@ -94,36 +115,36 @@ def start(adapter: Any, chain: list[Captured], run: Callable[[str, dict[str, Any
                 call.outcome.set_exception(exc)
 
     future = client.loop().submit(in_order())
-    _running.add(future)
-    future.add_done_callback(_running.discard)
+    turns.running.add(future)
+    future.add_done_callback(turns.running.discard)
 
 
 def take(adapter: Any, name: str, arguments: dict[str, Any]) -> concurrent.futures.Future[Any] | None:
     """The outcome of `adapter`'s call `name(arguments)` started ahead, when TRL's call is that one; None when none
     was started. A call that is not the next one started for the adapter is a mismatch: the feature turns off."""
-    global _off
-    with _lock:
-        queue = _waiting.get(adapter)
+    turns = _turns()
+    with turns.lock:
+        queue = turns.waiting.get(adapter)
         if not queue:
             return None
         head = queue[0]
         if head.name == name and head.arguments == arguments:
             queue.pop(0)
             if not queue:
-                del _waiting[adapter]
+                del turns.waiting[adapter]
             return head.outcome
-        totals["mismatched"] += 1
-        _off = True
-        for call in _waiting.pop(adapter):  # this rollout left the script: nothing of it is TRL's to take
+        turns.totals["mismatched"] += 1
+        turns.off = True
+        for call in turns.waiting.pop(adapter):  # this rollout left the script: nothing of it is TRL's to take
             call.outcome.cancel()
         # The other rollouts': a call not begun is dropped (TRL makes it); one running or done cannot be called back,
         # so it stays for TRL's call of it, which takes its outcome: sent once, never twice.
-        for other, started in list(_waiting.items()):
+        for other, started in list(turns.waiting.items()):
             kept = [call for call in started if not call.outcome.cancel()]
             if kept:
-                _waiting[other] = kept
+                turns.waiting[other] = kept
             else:
-                del _waiting[other]
+                del turns.waiting[other]
     log.warning("orsgen: TRL called %s(%s) where %s(%s) was started ahead: a turn's calls run one by one from now on",
                 name, sorted(arguments), head.name, sorted(head.arguments))
     return None
@@ -131,18 +152,20 @@ def take(adapter: Any, name: str, arguments: dict[str, Any]) -> concurrent.futur
 
 def drop(adapter: Any) -> None:
     """Forget what was started ahead for `adapter` and TRL did not take (its episode ends): not begun, not sent."""
-    with _lock:
-        left = _waiting.pop(adapter, [])
+    turns = _turns()
+    with turns.lock:
+        left = turns.waiting.pop(adapter, [])
     for call in left:
         call.outcome.cancel()
 
 
 def cancel_all() -> None:
     """Nothing started ahead is left running (close_all, exit)."""
-    with _lock:
-        left = [c for q in _waiting.values() for c in q]
-        _waiting.clear()
+    turns = _turns()
+    with turns.lock:
+        left = [c for q in turns.waiting.values() for c in q]
+        turns.waiting.clear()
     for call in left:
         call.outcome.cancel()
-    for future in list(_running):
+    for future in list(turns.running):
         future.cancel()

@@ -5,17 +5,18 @@ waits, and the clean-up at exit. Only the SDK's public async API is used, except
 from __future__ import annotations
 
 import asyncio
-import atexit
 import concurrent.futures
 import contextlib
+import functools
 import logging
 import os
 import threading
 from collections.abc import Callable, Coroutine
 from importlib.metadata import PackageNotFoundError, version
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from orsgen.runtime import settings
+from orsgen.runtime.process import STATE
 
 if TYPE_CHECKING:
     from openreward.api.environments.client import AsyncEnvironment
@@ -107,16 +108,35 @@ def refused_secret(secrets: Any) -> str | None:
     return None
 
 
-_said: set[str] = set()
-_said_lock = threading.Lock()
+class Part:
+    """The client's share of the process's state (held by process.STATE): the runtime's loop, the lines said once,
+    the threads the SSE fix applies on, and what gives the close coroutines of what is open at exit."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.loop: Loop | None = None
+        self.said: set[str] = set()
+        self.sse_threads: set[threading.Thread] = set()
+        self.closers: list[Callable[[], list[Coroutine[Any, Any, None]]]] = []
+
+
+def _part() -> Part:
+    return STATE.part("client", Part)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "_loop":  # (the running loop, as the tests' harness reads it)
+        return _part().loop
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def once(key: str, level: int, message: str, *args: Any) -> None:
     """Log a line on the `orsgen` logger once per process (notices a training run would otherwise repeat)."""
-    with _said_lock:
-        if key in _said:
+    part = _part()
+    with part.lock:
+        if key in part.said:
             return
-        _said.add(key)
+        part.said.add(key)
     logging.getLogger("orsgen").log(level, message, *args)
 
 
@@ -208,45 +228,36 @@ class Loop:
         self.thread.join(timeout=2)
 
 
-_loop: Loop | None = None
-_loop_lock = threading.Lock()
-_before_exit: list[Callable[[], None]] = []
-_exit_hooks: list[Callable[[], list[Coroutine[Any, Any, None]]]] = []
-
-
 def loop() -> Loop:
-    """The process's runtime loop, started (with the SDK check and the exit hook) on first use, never at import."""
-    global _loop
-    with _loop_lock:
-        if _loop is None or _loop.stopped:
+    """The process's runtime loop, started (with the SDK check and its exit step) on first use, never at import."""
+    part = _part()
+    with part.lock:
+        if part.loop is None or part.loop.stopped:
             check_sdk()
-            _loop = Loop()
-            atexit.register(_at_exit, _loop)
-            sse.install(_loop.thread)
-    return _loop
+            STATE.after_sdk()  # the runtime's exit runs before the SDK's own hook
+            part.loop = Loop()
+            STATE.at_exit("close sessions", functools.partial(_at_exit, part.loop))
+            sse.install(part.loop.thread)
+    return part.loop
 
 
 def running() -> Loop | None:
     """The process's runtime loop if it is running (never started, or stopped at exit: None); starts nothing."""
-    found = _loop
+    found = _part().loop
     return found if found is not None and not found.stopped else None
 
 
 def on_exit(hook: Callable[[], list[Coroutine[Any, Any, None]]]) -> None:
-    """`hook()` gives the close coroutines of what is still open when the interpreter exits."""
-    _exit_hooks.append(hook)
-
-
-def before_exit(hook: Callable[[], None]) -> None:
-    """`hook()` runs at exit before the loop stops, on the exiting thread (what still needs the loop: a flush)."""
-    _before_exit.append(hook)
+    """`hook()` gives the close coroutines of what is still open when the interpreter exits (added once)."""
+    part = _part()
+    with part.lock:
+        if hook not in part.closers:
+            part.closers.append(hook)
 
 
 def _at_exit(running: Loop) -> None:
-    for hook in _before_exit:
-        with contextlib.suppress(Exception):  # exiting: nothing to report to
-            hook()
-    running.shutdown(lambda: [c for hook in _exit_hooks for c in hook()])
+    part = _part()
+    running.shutdown(lambda: [c for hook in list(part.closers) for c in hook()])
 
 
 def sdk_version() -> str:
@@ -281,19 +292,17 @@ class sse:
     lose the spaces at a cut. The fix applies on the runtime's own thread only: other SDK users keep the SDK's
     parser. ORSGEN_SSE_FIX=0 turns it off."""
 
-    threads: ClassVar[set[threading.Thread]] = set()
-
     @staticmethod
     def install(thread: threading.Thread) -> None:
         from openreward.api._session import http
 
-        sse.threads.add(thread)
+        _part().sse_threads.add(thread)
         if os.environ.get("ORSGEN_SSE_FIX", "1") == "0" or getattr(http._parse_sse_events, "orsgen", False):
             return
         original = http._parse_sse_events
 
         def parse(response: Any) -> Any:
-            return sse.parse(response) if threading.current_thread() in sse.threads else original(response)
+            return sse.parse(response) if threading.current_thread() in _part().sse_threads else original(response)
 
         parse.orsgen = True  # type: ignore[attr-defined]
         http._parse_sse_events = parse

@@ -16,7 +16,6 @@ This module imports transformers only when it builds the callback (inside a trai
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import os
@@ -25,6 +24,7 @@ import weakref
 from typing import Any
 
 from orsgen.runtime import client, hooks, trl
+from orsgen.runtime.process import STATE
 from orsgen.runtime.tasks import Order
 
 log = logging.getLogger("orsgen")
@@ -133,38 +133,25 @@ class Follower:
         log.info("orsgen: task_order='difficulty': the order's state restored from %s", path)
 
 
-_followers: weakref.WeakKeyDictionary[Any, Follower] = weakref.WeakKeyDictionary()
-_lock = threading.Lock()
+class Followers:
+    """Each trainer's follower (by trainer, weakly), held by process.STATE."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.by_trainer: weakref.WeakKeyDictionary[Any, Follower] = weakref.WeakKeyDictionary()
 
 
 def follow(trainer: Any | None, pinned: Any) -> None:
     """A difficulty-ordered reset in one of `trainer`'s training batches: the trainer gets its callback (once) and
-    the environment's order is followed (`Follower.track`)."""
+    the environment's order is followed (`Follower.track`). Each trainer's follower is held by process.STATE."""
     if trainer is None:
         return
-    with _lock:
-        follower = _followers.get(trainer)
+    followers = STATE.part("followers", Followers)
+    with followers.lock:
+        follower = followers.by_trainer.get(trainer)
         if follower is None:
-            follower = _followers[trainer] = Follower(trainer)
-            trainer.add_callback(_callback()(follower))
+            from orsgen.runtime.trl.callback import Calls  # (transformers: inside a trainer, it is loaded)
+
+            follower = followers.by_trainer[trainer] = Follower(trainer)
+            trainer.add_callback(Calls(step_end=follower.flush, save=follower.save))
     follower.track(pinned)
-
-
-@functools.cache
-def _callback() -> type:
-    from transformers import TrainerCallback
-
-    class OrsgenTaskOrder(TrainerCallback):  # type: ignore[misc]
-        """Gathers the difficulty order's statistics at each step's end and saves its state with each checkpoint
-        (added by the runtime to the trainer its resets are placed in)."""
-
-        def __init__(self, follower: Follower) -> None:
-            self.follower = follower
-
-        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-            self.follower.flush()
-
-        def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-            self.follower.save(args, state)
-
-    return OrsgenTaskOrder

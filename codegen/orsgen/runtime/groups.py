@@ -19,14 +19,19 @@ from typing import TYPE_CHECKING, Any
 
 from orsgen.runtime import client, scoring, trl
 from orsgen.runtime.adapter import Adapter, episode_of
-from orsgen.runtime.scoring import requests
 
 if TYPE_CHECKING:
     from orsgen.runtime.episode import Episode
     from orsgen.runtime.pinned import Pinned
 
 log = logging.getLogger("orsgen")
-__all__ = ["group_reward", "requests"]  # requests: scoring requests sent by this process (scoring.py's)
+__all__ = ["group_reward"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "requests":  # scoring requests sent by this process (scoring.py's)
+        return scoring.requests
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def group_reward(prompts: Sequence[Any], completions: Sequence[Any], environments: Sequence[Adapter] | None,

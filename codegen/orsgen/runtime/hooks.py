@@ -23,6 +23,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, Literal, TypeVar
 
+from orsgen.runtime.process import STATE
+
 log = logging.getLogger("orsgen")
 A = TypeVar("A")  # the adapter class a record is about: `hooks.ToolCall[Echo]` types `record.adapter` as Echo
 
@@ -108,35 +110,47 @@ class EpisodeEnd(Generic[A]):
 
 
 Listener = Callable[[Any], None]
-_listeners: dict[Event, list[tuple[type | None, Listener]]] = {event: [] for event in EVENTS}
-_lock = threading.Lock()
+
+
+class Registry:
+    """Every listener of this process, by event (held by the process holder)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.listeners: dict[Event, list[tuple[type | None, Listener]]] = {event: [] for event in EVENTS}
+
+
+def _registry() -> Registry:
+    return STATE.part("hooks", Registry)
 
 
 def add(event: Event, listener: Listener, env: type | None = None) -> None:
     """Call `listener(record)` at `event`, for every adapter or only instances of the adapter class `env`."""
-    if event not in _listeners:
+    registry = _registry()
+    if event not in registry.listeners:
         raise ValueError(f"unknown hook {event!r}: one of {', '.join(EVENTS)}")
     if not callable(listener):
         raise TypeError(f"hooks.add({event!r}, ...): the listener {listener!r} is not callable")
     if env is not None and not isinstance(env, type):  # checked at every event, outside the listener's guard
         raise TypeError(f"hooks.add({event!r}, ..., env={env!r}): an adapter class (or None for every adapter)")
-    with _lock:
-        _listeners[event] = [*_listeners[event], (env, listener)]  # copied: emit() reads without the lock
+    with registry.lock:
+        registry.listeners[event] = [*registry.listeners[event], (env, listener)]  # copied: emit() reads without the lock
 
 
 def remove(event: Event, listener: Listener, env: type | None = None) -> None:
     """Undo `add` (the same event, listener and env); nothing happens when it was not added."""
-    with _lock:
-        _listeners[event] = [pair for pair in _listeners.get(event, []) if pair != (env, listener)]
+    registry = _registry()
+    with registry.lock:
+        registry.listeners[event] = [pair for pair in registry.listeners.get(event, []) if pair != (env, listener)]
 
 
 def wanted(event: Event) -> bool:
     """Whether anyone listens: the runtime builds a record only then."""
-    return bool(_listeners[event])
+    return bool(_registry().listeners[event])
 
 
 def emit(event: Event, record: Any) -> None:
-    for env, listener in _listeners[event]:
+    for env, listener in _registry().listeners[event]:
         if env is not None and not isinstance(record.adapter, env):
             continue
         try:

@@ -11,17 +11,14 @@ it is. Nothing here sends a request to the environment.
 
 from __future__ import annotations
 
-import collections
 import logging
-import os
 import threading
 import weakref
 from typing import Any
 
-from transformers import TrainerCallback
-
 from orsgen.runtime import client, hooks, tasks, trl, worker_metrics
 from orsgen.runtime.counts import PREFIX, Counts, figures, merge, stamped, totals
+from orsgen.runtime.trl.callback import Callback
 
 _SENTINEL = PREFIX + "episodes"  # absent from `_metrics[mode]`: TRL logged the window and cleared it
 
@@ -35,18 +32,17 @@ def _silent(trainer: Any | None) -> str | None:
     return None
 
 
-class EpisodeMetrics(TrainerCallback):  # type: ignore[misc]
+class EpisodeMetrics(Callback):
     """Adds the ``orsgen/...`` figures (docs/reference.md: "Episode metrics") to the trainer's logs, for training and (as
     ``eval_orsgen/...``) evaluation, summed over every rank. One per trainer: ``callbacks=[EpisodeMetrics()]``."""
 
     def __init__(self) -> None:
-        os.environ[worker_metrics.VARIABLE] = "1"  # a worker this process spawns (AsyncGRPOTrainer's) counts for us
+        worker_metrics.for_children()  # a worker this process spawns (AsyncGRPOTrainer's) counts for us
         self._lock = threading.RLock()  # re-entered when garbage collection closes an adapter inside _seen
         self._since: dict[str, Counts] = {"train": Counts(), "eval": Counts()}  # this rank, since the last flush
         self._window: dict[str, Counts] = {"train": Counts(), "eval": Counts()}  # every rank, this log window
         self._totals_seen = totals()
-        self._draws_seen = collections.Counter(tasks.totals)
-        self._trainer: weakref.ref[Any] | None = None
+        self._draws_seen = tasks.drawn()[0]
         me = weakref.ref(self)  # the hooks must not keep a finished run's callback alive
 
         def listen(event: hooks.Event) -> None:
@@ -78,19 +74,6 @@ class EpisodeMetrics(TrainerCallback):  # type: ignore[misc]
 
     # -- the trainer's events (its thread, every rank at once) ---------------------------------------------------
 
-    def _find(self) -> Any | None:
-        trainer = self._trainer() if self._trainer is not None else None
-        if trainer is None:
-            trainer = trl.trainer_of(self)
-            self._trainer = weakref.ref(trainer) if trainer is not None else None
-        return trainer
-
-    def on_init_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self._find()
-
-    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self._find()  # a callback added after the trainer was built (trainer.add_callback)
-
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._flush("train")
 
@@ -98,7 +81,7 @@ class EpisodeMetrics(TrainerCallback):  # type: ignore[misc]
         self._flush("eval")
 
     def _flush(self, mode: str) -> None:
-        trainer = self._find()
+        trainer = self.trainer()
         why = _silent(trainer)
         if trainer is None or why is not None:
             client.once("metrics-off", logging.WARNING, "orsgen: EpisodeMetrics logs nothing: %s", why)
@@ -115,9 +98,9 @@ class EpisodeMetrics(TrainerCallback):  # type: ignore[misc]
             mine, self._since[mode] = self._since[mode], Counts()
         self._totals_seen = stamped(mine, self._totals_seen)
         if mode == "train":
-            drawn = collections.Counter(tasks.totals)
+            drawn, levels = tasks.drawn()
             mine.draws, self._draws_seen = drawn - self._draws_seen, drawn
-            mine.pools = dict(tasks.levels)
+            mine.pools = levels
         parts = trl.gather(trainer, mine)  # a collective: every rank flushes at the same step
         logged = trl.metrics_window(trainer, mode)
         if logged is None:

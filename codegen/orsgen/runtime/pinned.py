@@ -61,6 +61,21 @@ class Pinned:
         names = options.get("secret") if isinstance(options, dict) else None
         return [str(name) for name in names] if isinstance(names, list) else []
 
+    def generated_secrets(self, who: str) -> dict[str, Any] | None:
+        """The secrets the module was generated with (`--secret NAME`), read from the same environment variables; a
+        well-known name as the SDK takes it, any other allowed no domain, as generation sent it."""
+        names = self.secret_names()
+        if not names:
+            return None
+        missing = [name for name in names if name not in os.environ]
+        if missing:
+            raise ValueError(f"{who}: {self.module} was generated with --secret {missing[0]}: set the environment "
+                             f"variable {missing[0]} (its value is sent as the secret of that name when a session "
+                             "opens), or pass secrets=")
+        from openreward.api.sandboxes.secrets import WELL_KNOWN_SECRETS
+
+        return {name: os.environ[name] if name in WELL_KNOWN_SECRETS else (os.environ[name], []) for name in names}
+
     def refuse_split(self, split: str, who: str) -> None:
         """ValueError, one line, for a split the module did not pin (one that pinned none accepts any; a split its
         pinned task file holds is pinned too): every episode of such a split would go unscored."""

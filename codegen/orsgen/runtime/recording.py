@@ -1,6 +1,6 @@
 """Trajectory records of a training run: ``GRPOTrainer(..., callbacks=[Trajectories("runs/seta")])``.
 
-The records and their writer are trajectories.py; this callback gives them the trainer's run name, step and rank,
+The records are trajectories.py, their writer recorder.py; this callback gives them the trainer's run name, step and rank,
 and reaches AsyncGRPOTrainer's spawned rollout worker through `ORSGEN_TRAJECTORIES` (set here, before the trainer
 starts it: a spawned process inherits the environment), where the episodes run.
 """
@@ -13,13 +13,12 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-from transformers import TrainerCallback
+from orsgen.runtime.recorder import Recorder, adopt, from_environment
+from orsgen.runtime.trajectories import MAX_RESULT_CHARS
+from orsgen.runtime.trl.callback import Callback
 
-from orsgen.runtime import trl
-from orsgen.runtime.trajectories import MAX_RESULT_CHARS, VARIABLE, Recorder, from_environment
 
-
-class Trajectories(TrainerCallback):  # type: ignore[misc]
+class Trajectories(Callback):
     """Writes one JSON line per episode (docs/reference.md: "Trajectory records") to
     ``directory/trajectories-rank{R}.jsonl``, one file per rank, for training and evaluation (``stream``).
     ``upload=True`` also sends each episode to the OpenReward runs page (its API key: ``OPENREWARD_API_KEY``).
@@ -32,20 +31,13 @@ class Trajectories(TrainerCallback):  # type: ignore[misc]
             self.recorder = found
         else:
             self.recorder = Recorder(directory, max_result_chars=max_result_chars, upload=upload, run=run)
-        os.environ[VARIABLE] = self.recorder.variable()
-        self._trainer: weakref.ref[Any] | None = None
+        adopt(self.recorder)  # this process's, and ORSGEN_TRAJECTORIES for the processes it starts
 
     @property
     def path(self) -> Path:
         return self.recorder.path
 
-    def _attach(self) -> None:
-        trainer = self._trainer() if self._trainer is not None else None
-        if trainer is None:
-            trainer = trl.trainer_of(self)
-            if trainer is None:
-                return
-            self._trainer = weakref.ref(trainer)
+    def found(self, trainer: Any) -> None:
         ref = weakref.ref(trainer)
 
         def step() -> int | None:
@@ -58,11 +50,10 @@ class Trajectories(TrainerCallback):  # type: ignore[misc]
 
         self.recorder.attach(run=_run_name(trainer), step=step, rank=rank, run_info=_run_info(trainer))
 
-    def on_init_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self._attach()
-
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self._attach()  # a callback added after the trainer was built (trainer.add_callback)
+        trainer = self.trainer()  # a callback added after the trainer was built (trainer.add_callback)
+        if trainer is not None:
+            self.found(trainer)  # again: a resumed run's initial step is known now
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self.recorder.flush()  # evaluation may follow: the file stays open; exit closes it

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from orsgen.runtime import client, sessions, transcripts, trl
+from orsgen.runtime.process import STATE
 
 if TYPE_CHECKING:
     from openreward.api.environments.client import AsyncSession
@@ -27,7 +28,6 @@ if TYPE_CHECKING:
     from orsgen.runtime.episode import Episode
 
 log = logging.getLogger("orsgen")
-requests = {"score_group": 0}  # scoring requests sent by this process
 REWARD_FUNCTION = "group_reward"  # the name a module's group scoring has among TRL's reward functions
 
 
@@ -42,7 +42,7 @@ async def post(where: str, adapter: Any, session: AsyncSession, started: Sequenc
     unscored: list[float | None] = [None] * len(completions)
     candidates = [GroupCandidate(messages=transcripts.transcript(prompts[i], completions[i], accepted),
                                  metadata={"rollout": i}) for i in started]
-    requests["score_group"] += 1
+    _worker_groups().requests["score_group"] += 1
     try:
         scores = await asyncio.wait_for(session.score_group(candidates), client.timeout("tool"))
     except ScoreGroupUnsupported as exc:
@@ -101,9 +101,25 @@ class _Group:
     session: AsyncSession | None = None  # the one kept for its scoring, once every rollout ended
 
 
-_lock = threading.Lock()
-_groups: dict[tuple[int, int], _Group] = {}  # (the worker's run, TRL's group id)
-_completions: dict[int, tuple[tuple[int, int], Any]] = {}  # id(completion): its group, and itself (its id stays its)
+class WorkerGroups:
+    """AsyncGRPOTrainer's worker's groups in this process (held by process.STATE), by (the worker's run, TRL's group
+    id); each kept rollout's completion by id (its group, and itself: its id stays its); the scoring requests sent."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.groups: dict[tuple[int, int], _Group] = {}
+        self.completions: dict[int, tuple[tuple[int, int], Any]] = {}
+        self.requests = {"score_group": 0}
+
+
+def _worker_groups() -> WorkerGroups:
+    return STATE.part("scoring", WorkerGroups)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "requests":  # scoring requests sent by this process (groups.requests too)
+        return _worker_groups().requests
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def wanted(rollout: trl.WorkerRollout) -> bool:
@@ -117,11 +133,11 @@ def ended(episode: Episode[Any], rollout: trl.WorkerRollout) -> None:
     alive = episode.session if started and episode.gone is None else None
     if alive is not None:
         sessions.hold(alive)
-    key, let_go = (rollout.run, rollout.group), []
-    with _lock:
-        group = _groups.setdefault(key, _Group(rollout.size))
+    key, let_go, kept_by = (rollout.run, rollout.group), [], _worker_groups()
+    with kept_by.lock:
+        group = kept_by.groups.setdefault(key, _Group(rollout.size))
         group.rollouts.append(_Rollout(episode, rollout.completion, started, alive))
-        _completions[id(rollout.completion)] = (key, rollout.completion)
+        kept_by.completions[id(rollout.completion)] = (key, rollout.completion)
         if len(group.rollouts) == group.size:
             kept = [r.session for r in group.rollouts if r.session is not None]
             group.session, let_go = (kept[0] if kept else None), kept[1:]
@@ -133,14 +149,15 @@ def worker_scores(prompts: Sequence[Any], completions: Sequence[Any], accepted: 
                   pinned: Any) -> list[float | None] | None:
     """The scores of the group whose `completions` these are, which ended in this worker (None when it did not):
     posted on the group's kept session, which is then let go. A group of another module's adapters gets None each."""
-    with _lock:
-        found = [_completions.get(id(c)) for c in completions]
+    kept_by = _worker_groups()
+    with kept_by.lock:
+        found = [kept_by.completions.get(id(c)) for c in completions]
         keys = {f[0] for f, c in zip(found, completions, strict=True) if f is not None and f[1] is c}
         if len(keys) != 1 or any(f is None for f in found):
             return None
-        group = _groups.pop(keys.pop(), None)
+        group = kept_by.groups.pop(keys.pop(), None)
         for completion in completions:
-            _completions.pop(id(completion), None)
+            kept_by.completions.pop(id(completion), None)
     if group is None or len(group.rollouts) != len(completions):
         return None
     try:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from orsgen.runtime import bounds, client, messages
 from orsgen.runtime.errors import DriftError, StartError, StartTimeout, WrongServer
+from orsgen.runtime.process import STATE
 from orsgen.runtime.settings import Settings
 
 if TYPE_CHECKING:
@@ -28,10 +29,21 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("orsgen")
 Report = Callable[[int, float, "BaseException | None"], None]  # per attempt: (number, start time, error or None)
-# Sessions open on a server (entered, not yet exited) and the opener that opened them; changed on the runtime's loop.
-_held: dict[Any, Sessions] = {}
-_freeing: set[concurrent.futures.Future[None]] = set()  # freeing()
-_holds: dict[Any, concurrent.futures.Future[None]] = {}  # hold(): sessions whose close waits
+
+
+class Held:
+    """The sessions of this process (held by process.STATE): those open on a server (entered, not yet exited) and
+    the opener that opened them, changed on the runtime's loop; the closes in flight that free a place (`freeing`);
+    the sessions whose close waits (`hold`)."""
+
+    def __init__(self) -> None:
+        self.open: dict[Any, Sessions] = {}
+        self.freeing: set[concurrent.futures.Future[None]] = set()
+        self.holds: dict[Any, concurrent.futures.Future[None]] = {}
+
+
+def _held() -> Held:
+    return STATE.part("sessions", Held)
 
 
 class Planned(concurrent.futures.Future[Any]):
@@ -160,7 +172,7 @@ class Sessions:
                 if settings.check_drift:  # once per process and server
                     await self.check_drift(env, connection.url, limit)
                 await self.enter(session, limit)
-                _held[session] = self
+                _held().open[session] = self
                 await self.check_build(session, connection.url, limit)
                 conversation = (split, index) in self.pin.conversations
                 opened = session, await messages.prompt(session, whole, conversation, limit)
@@ -348,12 +360,12 @@ async def end(session: AsyncSession | None, opening: concurrent.futures.Future[A
             return
         session = opened[0]
     if session is not None:  # closing, so no longer held: close_all() and the exit wait for the close itself
-        waiting = _holds.get(session)
+        waiting = _held().holds.get(session)
         if waiting is not None:  # its group is still to be scored on it (bounded: then the score is given up)
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(waiting)), client.timeout("tool"))
             release(session)
-        _held.pop(session, None)
+        _held().open.pop(session, None)
         await asyncio.wait_for(session.__aexit__(None, None, None), limit or client.timeout("close"))
 
 
@@ -370,42 +382,43 @@ def close(session: AsyncSession | None = None,
     running.closing.add(future)
     future.add_done_callback(running.closing.discard)
     if session is not None or opening is not None and opening.done():  # frees a place
-        _freeing.add(future)
-        future.add_done_callback(_freeing.discard)
+        freeing = _held().freeing
+        freeing.add(future)
+        future.add_done_callback(freeing.discard)
     return future
 
 
 def freeing() -> list[concurrent.futures.Future[None]]:
     """The closes in flight of sessions that were open: what frees places on servers (a batch waits for them)."""
-    return list(_freeing)
+    return list(_held().freeing)
 
 
 def held(opener: Sessions | None = None) -> int:
     """Sessions open on a server right now (opened, and no close sent yet): `opener`'s, or every environment's."""
-    return sum(1 for owner in list(_held.values()) if opener is None or owner is opener)
+    return sum(1 for owner in list(_held().open.values()) if opener is None or owner is opener)
 
 
 def hold(session: AsyncSession) -> None:
     """Keep `session` open for a later request of its own (a group's score, AsyncGRPOTrainer's worker): its close
     waits until `release(session)`, at most ORSGEN_TOOL_TIMEOUT seconds (the bound of a group's scoring)."""
-    _holds.setdefault(session, concurrent.futures.Future())
+    _held().holds.setdefault(session, concurrent.futures.Future())
 
 
 def release(session: AsyncSession | None) -> None:
     """Let `session` close: what `hold` kept."""
-    waiting = _holds.pop(session, None) if session is not None else None
+    waiting = _held().holds.pop(session, None) if session is not None else None
     if waiting is not None and not waiting.done():
         waiting.set_result(None)
 
 
 def release_all() -> None:
-    for session in list(_holds):
+    for session in list(_held().holds):
         release(session)
 
 
 def close_held() -> list[concurrent.futures.Future[None]]:
     """Close every session an opener still holds (close_all, once the adapters and the look-ahead let theirs go)."""
-    return [f for f in (close(session) for session in list(_held)) if f is not None]
+    return [f for f in (close(session) for session in list(_held().open)) if f is not None]
 
 
 def wait_closing() -> None:

@@ -8,8 +8,9 @@ from a class attribute too (the tool budgets') is read where a subclass sets it,
 method of that name would clash with it). A value no episode could run with is refused in one line, before any
 request.
 
-The tool budgets' values (`BUDGET`: a module's pinned `budgets`, and `tool_budgets`) are parsed here too, so a value
-is refused the same way wherever it comes from; budgets.py merges them.
+The tool budgets' table is here too (`BUDGET_KEYS`: one row per key, read by a module's pinned `budgets`, by
+`tool_budgets`, by the settings that override them and by the generator's options), so a value is refused the same
+way wherever it comes from; budgets.py merges them.
 """
 
 from __future__ import annotations
@@ -176,20 +177,6 @@ def _at_least(least: int) -> Callable[[Any, Source], int | None]:
     return parse
 
 
-def _side(value: Any, source: Source) -> str | None:
-    if value is None or value in SIDES:
-        return value  # type: ignore[no-any-return]
-    raise Refused(f"one of {', '.join(map(repr, SIDES))}")
-
-
-def _name(value: Any, source: Source) -> str | None:
-    if value is None:
-        return None
-    if not isinstance(value, str | os.PathLike) or not str(value).strip():
-        raise Refused("a tokenizer's name or local path")
-    return str(value)
-
-
 def _timeout(value: Any, source: Source) -> float | None:
     if value is None:
         return None
@@ -200,19 +187,80 @@ def _timeout(value: Any, source: Source) -> float | None:
 
 
 SIDES = ("head", "tail", "middle")  # what a cut keeps: the start, the end, both (the middle is cut)
-# A module's pinned budget keys ("tools": per tool, the TOOL_KEYS) and how each value is read.
-BUDGET: dict[str, Callable[[Any, Source], Any]] = {
-    "max-output-chars": _at_least(1), "max-output-tokens": _at_least(1), "tokenizer": _name, "truncate": _side,
-    "max-images": _at_least(0), "episode-timeout": _timeout, "max-tool-calls": _at_least(1), "timeout": _timeout,
-}
-TOOL_KEYS = ("max-output-chars", "max-output-tokens", "truncate", "max-images", "timeout")
+
+
+@dataclass(frozen=True)
+class BudgetKey:
+    """One row of the budget table: a key spelt alike in pyproject.toml, on the command line (`--KEY`), in a module's
+    pinned BUDGETS and in `tool_budgets`; the setting that overrides it environment-wide at run time; and one way its
+    values are read, wherever they come from (the generator's options and the runtime's settings both read this)."""
+
+    key: str
+    kind: type  # int: a whole number >= `least`; float: seconds above 0; str: one of `choices`, else any text
+    help: str  # the generator's option text
+    metavar: str
+    least: int = 0  # int: the smallest value any source may give
+    # int: the smallest the generator pins; a run-time setting (or a module written by hand) may go down to `least`
+    generated: int | None = None
+    choices: tuple[str, ...] = ()
+    setting: str | None = None  # the `Settings` field that overrides it environment-wide; None: a tool's own only
+    per_tool: bool = False  # also a tool's own key (`[...tools.TOOL]`, `--tool-budget`, `tool_budgets`)
+    said: str | None = None  # how a refusal names the setting when it was given (None: "the <setting> setting")
+    text: str = "a non-empty text"  # str without choices: what a value must be
+
+    def read(self, value: Any, source: Source = "attribute") -> Any:
+        """A value as given, checked (Refused or TypeError: why not); None stays None (unset)."""
+        if value is None:
+            return None
+        if self.kind is int:
+            return _at_least(self.least)(value, source)
+        if self.kind is float:
+            return _timeout(value, source)
+        if self.choices:
+            if value in self.choices:
+                return value
+            raise Refused(f"one of {', '.join(map(repr, self.choices))}")
+        if not isinstance(value, str | os.PathLike) or not str(value).strip():
+            raise Refused(self.text)
+        return str(value)
+
+    @property
+    def floor(self) -> int:
+        """What the generator accepts at least (int rows)."""
+        return self.least if self.generated is None else self.generated
+
+
+# The budget table. A new pinnable limit is a row here, its `Settings` field and `SETTINGS` row below, the `Job`
+# field the generator records it in (config.py), and where it applies (episode.py reads `Budgets.limit(key)`).
+BUDGET_KEYS = (
+    BudgetKey("max-output-chars", int, "cap each tool result at N characters", "N", least=1, generated=100,
+              setting="max_output_chars", per_tool=True),
+    BudgetKey("max-output-tokens", int, "cap each tool result at N tokens of --tokenizer", "N", least=1, generated=10,
+              setting="max_output_tokens", per_tool=True),
+    BudgetKey("tokenizer", str, "what --max-output-tokens counts with: a Hugging Face tokenizer name or a local path",
+              "NAME", setting="tokenizer", text="a tokenizer's name or local path"),
+    BudgetKey("truncate", str, "the part of a long result kept: head, tail or middle (default)", "SIDE", choices=SIDES,
+              setting="truncate", per_tool=True),
+    BudgetKey("max-images", int, "image blocks kept per tool result", "N", setting="max_images", per_tool=True),
+    BudgetKey("episode-timeout", float, "seconds one episode may take", "S", setting="episode_timeout",
+              said="ORSGEN_EPISODE_TIMEOUT"),
+    BudgetKey("max-tool-calls", int, "tool calls one episode may make", "N", least=1, setting="max_tool_calls"),
+    BudgetKey("timeout", float, "seconds one call may take", "S", per_tool=True),  # replaces tool_timeout
+)
+BUDGET_BY_KEY = {row.key: row for row in BUDGET_KEYS}
+TOOL_KEYS = tuple(row.key for row in BUDGET_KEYS if row.per_tool)
 
 
 def budget(key: str, value: Any) -> Any:
     """One budget value as pinned or given per tool (Refused/TypeError: why not)."""
-    if key not in BUDGET:
+    if key not in BUDGET_BY_KEY:
         raise Refused(f"no budget {key!r}")
-    return BUDGET[key](value, "attribute")
+    return BUDGET_BY_KEY[key].read(value)
+
+
+def _budget_setting(key: str) -> Callable[[Any, Source], Any]:
+    """The parse of the setting that overrides budget `key`: the table's."""
+    return lambda value, source: BUDGET_BY_KEY[key].read(value, source)
 
 
 def _tool_budgets(value: Any, source: Source) -> Mapping[str, Mapping[str, Any]] | None:
@@ -296,18 +344,18 @@ SETTINGS = (
             variable="ORSGEN_EPISODE_TIMEOUT"),
     Setting("batch_calls", _flag, "the first tool call of a GRPOTrainer turn starts the turn's calls of the batch's "
             "later rollouts at once (sync tools)", variable="ORSGEN_BATCH_CALLS"),
-    Setting("max_output_chars", _at_least(1), "characters of a tool's result the model reads: the rest is cut, "
+    Setting("max_output_chars", _budget_setting("max-output-chars"), "characters of a tool's result the model reads: the rest is cut, "
             "with a line saying so; None: the module's max-output-chars", attribute="max_output_chars",
             variable="ORSGEN_MAX_OUTPUT_CHARS"),
-    Setting("max_output_tokens", _at_least(1), "the same in tokens of `tokenizer`; None: the module's "
+    Setting("max_output_tokens", _budget_setting("max-output-tokens"), "the same in tokens of `tokenizer`; None: the module's "
             "max-output-tokens", attribute="max_output_tokens"),
-    Setting("tokenizer", _name, "what max-output-tokens counts with: a name or local path, loaded once with "
+    Setting("tokenizer", _budget_setting("tokenizer"), "what max-output-tokens counts with: a name or local path, loaded once with "
             "AutoTokenizer; None: the module's", attribute="tokenizer"),
-    Setting("truncate", _side, "what a cut result keeps: 'head' (its start), 'tail' (its end), 'middle' (both); "
+    Setting("truncate", _budget_setting("truncate"), "what a cut result keeps: 'head' (its start), 'tail' (its end), 'middle' (both); "
             "None: the module's, else 'middle'", attribute="truncate"),
-    Setting("max_images", _at_least(0), "images of a tool's result the model sees (the first ones); None: the "
+    Setting("max_images", _budget_setting("max-images"), "images of a tool's result the model sees (the first ones); None: the "
             "module's max-images", attribute="max_images"),
-    Setting("max_tool_calls", _at_least(1), "tool calls per episode: the next voids it (unscored too_many_calls) "
+    Setting("max_tool_calls", _budget_setting("max-tool-calls"), "tool calls per episode: the next voids it (unscored too_many_calls) "
             "and fails, as every later one does; None: the module's max-tool-calls", attribute="max_tool_calls",
             variable="ORSGEN_MAX_TOOL_CALLS"),
     Setting("tool_budgets", _tool_budgets, "{tool: {key: value}}, keys max-output-chars, max-output-tokens, "
@@ -375,3 +423,4 @@ def table() -> str:
 
 
 assert [row.name for row in SETTINGS] == [f.name for f in fields(Settings)], "one row per Settings field"
+assert all(row.setting in BY_NAME for row in BUDGET_KEYS if row.setting), "a budget's setting is a row of SETTINGS"

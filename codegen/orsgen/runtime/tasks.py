@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from orsgen.runtime import settings
+from orsgen.runtime.process import STATE
 from orsgen.runtime.trl import Slot
 
 log = logging.getLogger("orsgen")
@@ -47,11 +48,29 @@ log = logging.getLogger("orsgen")
 POOLS = ("normal", "hard", "easy")
 ROUTES = ("unseen", *POOLS)  # what a draw came from: the figures' pool/<name>, draws/<name>
 TOLERANCE = 1e-8  # a group's reward spread at or below it is none (TRL: torch.isclose(std, 0), atol 1e-8)
-# Every difficulty draw this process used in line, by pool (and those of them the floor made), and the pools' sizes
-# at the last round drawn in line: what EpisodeMetrics reports (orsgen/draws/..., orsgen/pool/...).
-totals: collections.Counter[str] = collections.Counter()
-levels: dict[str, int] = {}
-_figures_lock = threading.Lock()
+
+
+class Drawn:
+    """Every difficulty draw this process used in line, by pool (and those of them the floor made), and the pools'
+    sizes at the last round drawn in line: what EpisodeMetrics reports (orsgen/draws/..., orsgen/pool/...); held by
+    process.STATE."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.totals: collections.Counter[str] = collections.Counter()
+        self.levels: dict[str, int] = {}
+        self.missing_said = False
+
+
+def _drawn() -> Drawn:
+    return STATE.part("tasks", Drawn)
+
+
+def drawn() -> tuple[collections.Counter[str], dict[str, int]]:
+    """The draws so far by route (and "floor"), and the pools' sizes at the last round drawn."""
+    found = _drawn()
+    with found.lock:
+        return collections.Counter(found.totals), dict(found.levels)
 
 
 class Order:
@@ -375,21 +394,19 @@ def _pick(rng: random.Random, candidates: list[int], used: set[int]) -> int:
 
 
 def _count(draw: Draw) -> None:
-    with _figures_lock:
+    found = _drawn()
+    with found.lock:
         for route, floored in zip(draw.routes, draw.floors, strict=True):
-            totals[route] += 1
-            totals["floor"] += floored
-        levels.clear()
-        levels.update(draw.sizes)
-
-
-_missing_said = False
+            found.totals[route] += 1
+            found.totals["floor"] += floored
+        found.levels.clear()
+        found.levels.update(draw.sizes)
 
 
 def _once_missing(round_: int) -> None:
-    global _missing_said
-    if not _missing_said:
-        _missing_said = True
+    found = _drawn()
+    if not found.missing_said:
+        found.missing_said = True
         log.warning("orsgen: task_order='difficulty': the pools of round %d's start are unknown (a resumed run "
                     "whose checkpoint holds no orsgen_task_order.json): its draws use the pools as they stand",
                     round_ - 1)

@@ -7,6 +7,8 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from orsgen.runtime.trl.rollout import is_error
+
 RICH = ("tool_call", "tool_result")  # block types an environment may not accept in score_group candidates
 
 
@@ -31,7 +33,7 @@ def transcript(prompt: Any, completion: Any, accepted: Sequence[str]) -> list[An
             text = _text(turn.get("content"))
             if rich:
                 results.append(ToolResultBlock(tool_call_id=call_id, blocks=[TextBlock(text=text)],
-                                               is_error=text.startswith("{'error': ")))
+                                               is_error=is_error(text)))
             else:
                 results.append(TextBlock(text=f"[{name} returned] {text}"))
             continue

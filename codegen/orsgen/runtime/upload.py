@@ -16,16 +16,18 @@ leaves the uploader open. `sent` counts the starts the server took: the SDK send
 failure of theirs.
 
 Close the uploader before the interpreter exits. At exit the SDK's own hook stops its loop (a start sent after it
-would wait for ever) and aiohttp can no longer resolve a host name; the uploader's exit hook, registered after the
-SDK's so run before it, sends what is queued (at most 5 s) and closes, so a `close()` after it returns at once.
+would wait for ever) and aiohttp can no longer resolve a host name; the uploader's exit step (process.py: "close
+uploads", the runtime's exit running before the SDK's) sends what is queued (at most 5 s) and closes, so a `close()`
+after it returns at once.
 The API key, should some record's text hold it, is sent as "[secret]".
 """
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import dataclasses
+import functools
+import itertools
 import json
 import logging
 import math
@@ -35,6 +37,7 @@ from collections import deque
 from typing import Any
 
 from orsgen.runtime import client, jsontext
+from orsgen.runtime.process import STATE
 
 SENDERS = 4  # episodes started at once: each start is one or two blocking round trips to the runs page
 PAUSE = 15.0  # seconds to wait after a failed start before the next try; doubles up to PAUSE_MAX
@@ -43,7 +46,6 @@ MAX_QUEUED = 1000
 EXIT_TIMEOUT = 5.0  # close() at interpreter exit, if nobody closed the uploader before
 DEFAULTS = {"framework": "trl", "rl_algorithm": "grpo"}
 
-_serial = iter(range(1, 1 << 62))
 
 
 class Uploader:
@@ -62,7 +64,7 @@ class Uploader:
         self.failed = 0  # its start refused or unreachable (or waiting when close() found the server failing), or
         # the record could not be read
         self.where: str | None = None  # the API's URL, once the SDK has read it
-        self._key = f"upload {next(_serial)}"  # client.once: one warning per uploader
+        self._key = f"upload {next(STATE.part('uploads', itertools.count))}"  # client.once: one warning per uploader
         self._cond = threading.Condition()
         self._queue: deque[dict[str, Any]] = deque()
         self._threads: list[threading.Thread] = []
@@ -297,15 +299,52 @@ class Uploader:
             self._api_key = sdk.api_key or ""
             self.where = sdk.base_url
             self._api = sdk.rollout
-            # After the SDK's own exit hook (which stops its loop: a start sent then would wait for ever), so run
-            # before it. Exiting, aiohttp can no longer resolve a host name: close the uploader before exit.
-            atexit.register(self.close, EXIT_TIMEOUT)
+            # Run before the SDK's own exit hook (which stops its loop: a start sent then would wait for ever): the
+            # runtime's exit is registered again after it. Exiting, aiohttp can no longer resolve a host name: close
+            # the uploader before exit.
+            STATE.after_sdk()
+            STATE.at_exit("close uploads", functools.partial(self.close, EXIT_TIMEOUT))
             return True
         except Exception as exc:  # noqa: BLE001
             self._broken = client.describe(exc)
             self._warn("orsgen: the upload to the OpenReward runs page cannot start (%s): its episodes are counted as "
                        "failed; training goes on", self._broken)
             return False
+
+
+class UploadSink:
+    """The records' sink (sinks.py) to the OpenReward runs page: each record put on an `Uploader`, made at the first
+    record (when the trainer's run name and RunInfo are known)."""
+
+    def __init__(self, recorder: Any) -> None:
+        self._recorder = recorder
+        self.uploader: Uploader | None = None
+
+    @classmethod
+    def made(cls, recorder: Any) -> UploadSink | None:
+        return cls(recorder) if recorder.upload else None
+
+    def write(self, records: list[dict[str, Any]]) -> None:
+        if self.uploader is None:
+            self.uploader = Uploader(run_name=self._recorder.run or "orsgen", run_info=self._recorder.run_info)
+        for record in records:
+            self.uploader.put(record)
+
+    def flush(self, timeout: float) -> bool:
+        up = self.uploader
+        return up is None or up.flush(timeout) and up.failed + up.dropped == 0
+
+    def close(self, timeout: float) -> None:
+        if self.uploader is not None:
+            self.uploader.close(timeout=timeout)
+
+    def unsent(self) -> int:
+        return 0 if self.uploader is None else self.uploader.failed + self.uploader.dropped
+
+    def said(self) -> str | None:
+        up, unsent = self.uploader, self.unsent()
+        return None if up is None else (f"{unsent} of {up.sent + unsent} not uploaded to the OpenReward runs page "
+                                        f"({up.failed} failed, {up.dropped} dropped)")
 
 
 # -- records to the SDK's messages: plain data, no SDK ------------------------------------------------------------------

@@ -19,6 +19,7 @@ from typing import Any
 
 from orsgen.runtime import hooks, trl
 from orsgen.runtime.counts import Counts, figures, merge, stamped, totals
+from orsgen.runtime.process import STATE
 
 VARIABLE = "ORSGEN_EPISODE_METRICS"
 KEY = "orsgen/counts"  # a put's one key: Drain takes it out before TRL reduces anything
@@ -112,12 +113,21 @@ def install(holder: Any) -> None:
         holder.metrics_queue = Drain(holder.metrics_queue)
 
 
-_pusher: Pusher | None = None
+def for_children() -> None:
+    """The processes this one starts (AsyncGRPOTrainer's rollout worker) count their episodes for its trainer; this
+    one does not push (its EpisodeMetrics counts)."""
+    made: dict[str, Pusher | None] = STATE.part("pushers", dict)
+    with STATE.lock:
+        made.setdefault(VARIABLE, None)
+        os.environ[VARIABLE] = "1"
 
 
 def from_environment() -> Pusher | None:
-    """The pusher ORSGEN_EPISODE_METRICS asks for in this process (made once; None when it is unset)."""
-    global _pusher
-    if _pusher is None and os.environ.get(VARIABLE, "").strip() == "1":
-        _pusher = Pusher()
-    return _pusher
+    """The pusher ORSGEN_EPISODE_METRICS asks for in this process (made once, by the first adapter, and kept by
+    process.STATE; None when it is unset, or when this process set it for its children)."""
+    made: dict[str, Pusher | None] = STATE.part("pushers", dict)
+    if VARIABLE not in made and os.environ.get(VARIABLE, "").strip() == "1":
+        with STATE.lock:
+            if VARIABLE not in made:
+                made[VARIABLE] = Pusher()
+    return made.get(VARIABLE)
