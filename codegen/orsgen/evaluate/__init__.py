@@ -57,8 +57,8 @@ def measure(invocation: Invocation) -> int:
     from orsgen import runtime
     from orsgen.runtime.trajectories import Sink
 
-    scoring = {m: episode.Scoring(_rewards(m, run.rewards), run.max_turns, run.seed, run.unscored_reward, folder.name)
-               for m in members}
+    scoring = {m: episode.Scoring(_rewards(m, run.rewards), run.max_turns, run.seed, run.unscored_reward, folder.name,
+                                  invocation.max_sessions) for m in members}
     whole = _plan(members, run)
     plan = whole if run.shard is None else [w for w in whole if run.shard.holds(w.number)]
     records = records_of(folder)

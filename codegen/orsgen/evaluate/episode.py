@@ -55,6 +55,7 @@ class Seen:
     end: Any = None
     session: str | None = None  # the ORS session id, read at the end (its session is still open then)
     refused: bool = False  # a start attempt got 429
+    waited: float = 0.0  # seconds its starts waited for a place in the sessions budget (--max-sessions)
 
 
 class Watcher:
@@ -93,9 +94,11 @@ class Watcher:
         elif isinstance(record, hooks.EpisodeEnd):
             seen.end = record
             seen.session = getattr(getattr(record.episode, "session", None), "sid", None)
-        elif isinstance(record, hooks.SessionOpen) and record.status == 429:
-            seen.refused = True
-            self._busy(None)
+        elif isinstance(record, hooks.SessionOpen):
+            seen.waited += record.waited
+            if record.status == 429:
+                seen.refused = True
+                self._busy(None)
 
 
 @dataclass(frozen=True)
@@ -107,13 +110,15 @@ class Scoring:
     seed: int | None
     unscored_reward: float | None
     run: str
+    max_sessions: int | None = None  # --max-sessions: the sessions budget per environment
 
 
 def run(work: Work, endpoint: Endpoint, watcher: Watcher, scoring: Scoring, stop: threading.Event
         ) -> dict[str, Any] | None:
     """The episode's trajectory record; None when it was stopped (Ctrl-C) before its end. Busy and Fatal as above."""
     cls = work.member.adapter_class(work.row)
-    given = {} if scoring.unscored_reward is None else {"unscored_reward": scoring.unscored_reward}
+    given = {name: value for name, value in (("unscored_reward", scoring.unscored_reward),
+                                              ("max_sessions", scoring.max_sessions)) if value is not None}
     env = cls(settings=given)
     seen = watcher.watch(env)
     try:
@@ -177,6 +182,7 @@ def _episode(work: Work, env: Any, seen: Seen, endpoint: Endpoint, scoring: Scor
                                 rollout=work.rollout, usage=usage, model_seconds=model_seconds, error=error,
                                 task_spec=_spec(env, work, specs))
     record["stream"] = "eval"
+    record["seconds"]["waited"] = round(seen.waited, 6)
     record["model_error"] = _redacted(model_error, [*secrets_of(env), *endpoint.secrets()])
     if error is None:
         record["reward"] = reward

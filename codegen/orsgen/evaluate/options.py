@@ -189,6 +189,7 @@ class Invocation:
     keep_passing: Path | None
     compare: tuple[Path, Path] | None
     merge: tuple[Path, ...] | None = None  # --merge DIR...: shard folders, into --out
+    max_sessions: int | None = None  # --max-sessions: the sessions budget per environment
 
 
 class _Parser(argparse.ArgumentParser):
@@ -234,6 +235,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--unscored-reward", type=float, metavar="X", help="the adapter's unscored_reward")
     p.add_argument("--concurrency", type=_count, default=CONCURRENCY, metavar="N", help=f"episodes at once (default "
                    f"{CONCURRENCY}, halved while the endpoint or the environment answers 429)")
+    p.add_argument("--max-sessions", type=_count, metavar="N", help="sessions open at once per environment (default: no "
+                   "bound but --concurrency; ORSGEN_MAX_SESSIONS): an episode past it waits for one to close")
     p.add_argument("--timeout", type=float, default=TIMEOUT, metavar="S", help=f"seconds per model reply (default "
                    f"{TIMEOUT:g})")
     p.add_argument("--out", type=Path, metavar="DIR", help="where the run goes (default: evals/ENV-MODEL-TIME)")
@@ -328,4 +331,4 @@ def invocation(argv: list[str]) -> Invocation:
     if args.timeout <= 0:
         raise OrsgenError(f"--timeout {args.timeout:g}: more than 0 seconds")
     return Invocation(run, args.base_url or None, args.out, args.resume, args.concurrency, args.timeout, args.format,
-                      args.keep_passing, None)
+                      args.keep_passing, None, None, args.max_sessions)

@@ -249,6 +249,8 @@ class Adapter:
             env = self._environment()
             where = trl.place(self, row)
             self._in_batch = where.batch is not None
+            if where.batch is not None and config.max_sessions is not None:
+                _within_budget(self.pinned, where.batch.adapters, config.max_sessions)
             messages.note(self.pinned.conversations, self._split, where.batch.rows if where.batch else [row])
             stream = where.batch.stream if where.batch is not None else None
             index = self._task(env, split, row, where, config)
@@ -601,6 +603,16 @@ class Adapter:
             self._close()
         except BaseException:  # noqa: BLE001, S110 - interpreter exit: module globals may already be gone
             pass
+
+
+def _within_budget(pinned: Pinned, batch: list[Any], budget: int) -> None:
+    """A trainer's batch holds its sessions from its resets until its rewards are read: past the sessions budget,
+    a reset would wait for ever. Refused, one line."""
+    rollouts = sum(1 for env in batch if isinstance(env, Adapter) and env.pinned is pinned)
+    if rollouts > budget:
+        raise ValueError(f"max_sessions = {budget} (ORSGEN_MAX_SESSIONS) is below the {rollouts} rollouts of "
+                         f"{pinned.target} in this process's batch, which hold their sessions until the batch's rewards "
+                         f"are read: raise it to at least {rollouts}, or lower per_device_train_batch_size")
 
 
 def _captured(call: trl.Call) -> calls.Captured | None:
