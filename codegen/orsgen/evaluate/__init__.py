@@ -47,9 +47,11 @@ def main(argv: list[str]) -> int:
 
 
 def measure(invocation: Invocation) -> int:
+    from orsgen.evaluate import endpoint, episode, figures, pool, progress, target
+
+    pool.open_files(invocation.concurrency)  # the limit on open files raised for it, or the run refused: first of all
     os.environ.pop("ORSGEN_TRAJECTORIES", None)  # a training's recorder: this run writes its own records
     folder, run, url = _what(invocation)
-    from orsgen.evaluate import endpoint, episode, figures, pool, progress, target
 
     members = target.members(run.target)
     _same_module(folder, members, invocation)
@@ -74,6 +76,8 @@ def measure(invocation: Invocation) -> int:
             model.check_tools(first.schemas(first.adapter_class(todo[0].row)))
             for member in members:
                 member.check()
+                for cls in set(member.module.ENVIRONMENTS.values()):  # once, not by the first C episodes at once
+                    member.schemas(cls)
     except BaseException:
         model.close()
         raise
@@ -116,7 +120,6 @@ def measure(invocation: Invocation) -> int:
             if unsaved is not None:  # a full disk: stop, with what is saved and the resume line
                 why, status = f"cannot write {folder / RECORDS}: {unsaved}", 2
                 break
-            records.append(ended.result)
             if ended.work.key in again:
                 rerun_done[again[ended.work.key]] += 1
             shown.done += 1
@@ -144,6 +147,7 @@ def measure(invocation: Invocation) -> int:
         shown.end()
         log.removeHandler(above)
         log.propagate = True
+    records = records_of(folder)  # what was saved: never held in memory while the run goes (C records at most)
     try:
         finish(folder, run, url, [m.name for m in members], _tasks(plan), len(plan), records, invocation, members)
     except OSError as exc:  # a full disk again: the records are what counts, and they are saved
