@@ -39,31 +39,28 @@ def checked(server, before, result, folder, episodes):
 def test_many_at_once_raise_nothing_and_leave_no_session_open(graded, tmp_path):
     server, module = graded
     before = len(server.log())
+    server.peak_sessions()
     with serving(evaluation.script, delay=0.2) as endpoint:
-        result = evaluation.orsgen_eval(str(module), "--base-url", endpoint.url, "--model", "scripted", "--seed", "0", "--tasks",
-                                        "0-4", "-k", "16", "--concurrency", "40", "--out", "run", cwd=tmp_path)
+        result = evaluation.orsgen_eval(str(module), "--base-url", endpoint.url, "--model", "scripted", "--seed", "0",
+                                        "--tasks", "0-4", "-k", "16", "--concurrency", "40", "--out", "run",
+                                        cwd=tmp_path)
         peak_chats = endpoint.peak_concurrency()
     checked(server, before, result, tmp_path / "run", 80)
     assert server.open_sessions() == []
-    assert 1 < peak_chats <= 40
+    assert 1 < peak_chats <= 40 and 1 < server.peak_sessions() <= 40
     assert evaluation.summary(tmp_path / "run")["latency"]["episodes_waited"] == 0
 
 
 def test_the_sessions_budget_bounds_what_the_server_holds_and_its_wait_is_reported(graded, tmp_path):
     server, module = graded
     before = len(server.log())
+    server.peak_sessions()  # from here on
     with serving(evaluation.script, delay=0.2) as endpoint:
-        result = evaluation.orsgen_eval(str(module), "--base-url", endpoint.url, "--model", "scripted", "--seed", "0", "--tasks",
-                                        "0-4", "-k", "4", "--concurrency", "16", "--max-sessions", "3", "--out", "run",
-                                        cwd=tmp_path)
+        result = evaluation.orsgen_eval(str(module), "--base-url", endpoint.url, "--model", "scripted", "--seed", "0",
+                                        "--tasks", "0-4", "-k", "4", "--concurrency", "16", "--max-sessions", "3",
+                                        "--out", "run", cwd=tmp_path)
     records = checked(server, before, result, tmp_path / "run", 20)
-    log = server.log()[before:]
-    held = peak = 0  # sessions open or opening on the server, from its own log: a create's arrival to its delete
-    for _, step in sorted([(e["arrived"], 1) for e in log if e["request"] == "POST /create"] +
-                          [(e["answered"], -1) for e in log if e["request"] == "POST /delete"]):
-        held += step
-        peak = max(peak, held)
-    assert peak == 3
+    assert server.peak_sessions() == 3  # the server's own count: never more open at once
     latency = evaluation.summary(tmp_path / "run")["latency"]
     assert latency["episodes_waited"] == sum(1 for r in records if r["seconds"]["waited"] > 0) > 0
     assert latency["session_wait_total"] > 0

@@ -52,6 +52,8 @@ class Counting:
             reply = reply[scope["path"]]
             if scope["path"] == "/_requests":
                 self.counts = {}
+            if scope["path"] == "/_peak":  # from now on: the next call's peak
+                self.peak = len(self.open) + self.opening
             await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]})
             return await send({"type": "http.response.body", "body": json.dumps(reply).encode()})
         if scope["path"] == "/_capacity":
@@ -176,8 +178,9 @@ class Served(serve.Running):
             return list(json.loads(r.read()))
 
     def peak_sessions(self) -> int:
-        """The most sessions open or opening on the server at once so far: from a `POST /create`'s arrival to its
-        refusal or its `POST /delete`'s answer (the server must run with ORSGEN_COUNT_REQUESTS=1)."""
+        """The most sessions open or opening on the server at once since the last call (or its start): from a
+        `POST /create`'s arrival to its refusal or its `POST /delete`'s answer (the server must run with
+        ORSGEN_COUNT_REQUESTS=1)."""
         with urllib.request.urlopen(f"{self.url}/_peak", timeout=5) as r:
             return int(json.loads(r.read()))
 
