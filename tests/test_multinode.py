@@ -12,11 +12,12 @@ import os
 import subprocess
 import sys
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
 from tests.harness import owned_data, processes, records, servers
-from tests.harness.generation import in_process, load
+from tests.harness.generation import load, served
 
 pytestmark = pytest.mark.trainer
 
@@ -25,11 +26,8 @@ STEPS, PER_DEVICE, GENERATIONS, BUDGET, WORLD = 2, 2, 2, 2, 4
 
 @pytest.fixture(scope="module")
 def counted(tmp_path_factory):
-    with servers.running("examples.echo:Echo", env={"ORSGEN_COUNT_REQUESTS": "1"}) as server:
-        path = tmp_path_factory.mktemp("multinode") / "echo_nodes.py"
-        made = in_process(server.url, "-o", str(path))
-        assert made.returncode == 0, made.stderr
-        yield server, path
+    with served("examples.echo:Echo", tmp_path_factory.mktemp("multinode"), "echo_nodes") as (server, module):
+        yield server, Path(module.__file__)
 
 
 def launch(path, out, data, nodes, env):
