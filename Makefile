@@ -78,7 +78,8 @@ golden: setup
 # orsgen's adapter against TRL's OpenRewardSpec on one loopback server (scripts, not tests; needs matplotlib); then
 # sandboxes that start in 1 s, with the tiny model's step and with a model taking 1 s to generate; then tools that
 # take 0.5 s (and none) on the server, 3 turns per episode; then `orsgen eval`, 64 episodes one at a time and 16 at
-# once (a model taking 0.2 s per reply, 20 ms per environment request); then the difficulty-aware task order against the
+# once (a model taking 0.2 s per reply, 20 ms per environment request), and beside a plain asyncio client at 16, 128
+# and 512 at once (1 s replies, a tool awaiting 1 s); then the difficulty-aware task order against the
 # seeded shuffle, the groups with no reward spread and the draws per pool (a GRPOTrainer with no dataset, 60 steps).
 bench: setup
 	$(PY) -m pip install -q matplotlib
@@ -88,4 +89,5 @@ bench: setup
 	$(PY) bench/slow_tools.py --runs 2
 	$(PY) bench/slow_tools.py --runs 2 --tool-ms 0
 	$(PY) bench/eval_speed.py --runs 2
+	$(PY) bench/eval_scale.py
 	$(PY) bench/curriculum.py --runs 2

@@ -9,13 +9,14 @@ exactly, and it must pass at both ends of the supported TRL range.
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 
 from examples.echo import WORDS
-from tests.harness import chat_standin, evaluation, servers
+from tests.harness import chat_standin, evaluation, generation
 from tests.harness.chat_standin import Reply, first_user_text, tool_results
-from tests.harness.generation import in_process, load
+from tests.harness.generation import load
 
 pytestmark = pytest.mark.slow  # the tiny model trained, served by `transformers serve`: make test-slow
 
@@ -26,11 +27,8 @@ CHAT_ANSWERED = '"POST /v1/chat/completions HTTP/1.1" 200'  # uvicorn's access l
 @pytest.fixture(scope="module")
 def echo_module(tmp_path_factory):
     """The echo environment served with its request log on, and its module generated: (server, module path)."""
-    with servers.running("examples.echo:Echo", env={"ORSGEN_COUNT_REQUESTS": "1"}) as server:
-        out = tmp_path_factory.mktemp("echo-module") / "echo.py"
-        made = in_process(server.url, "-o", str(out))
-        assert made.returncode == 0, made.stderr
-        yield server, out
+    with generation.served("examples.echo:Echo", tmp_path_factory.mktemp("echo-module"), "echo") as (server, module):
+        yield server, Path(module.__file__)
 
 
 def calls_by_session(server, before: set[str]) -> dict[str, int]:

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from tests.harness import ROOT, processes, servers
+from tests.harness import ROOT, processes
 from tests.harness.chat_standin import Reply, first_user_text, tool_results
 
 
@@ -99,10 +99,7 @@ def script(payload: dict[str, Any]) -> Reply:
 @contextlib.contextmanager
 def graded(folder: Path) -> Iterator[tuple[Any, Path]]:
     """The graded environment served (requests logged) and its module generated into `folder`: (server, path)."""
-    from tests.harness.generation import in_process
+    from tests.harness.generation import served
 
-    with servers.running("tests.envs.graded:Graded", env={"ORSGEN_COUNT_REQUESTS": "1"}) as server:
-        out = folder / "graded.py"
-        made = in_process(server.url, "-o", str(out))
-        assert made.returncode == 0, made.stderr
-        yield server, out
+    with served("tests.envs.graded:Graded", folder, "graded") as (server, module):
+        yield server, Path(module.__file__)

@@ -40,17 +40,20 @@ class Counting:
         # pool refuses; `POST /_capacity` with a number sets it (0: none).
         self.capacity = int(os.environ.get("ORSGEN_CAPACITY", "0"))
         self.opening = 0
+        self.peak = 0  # the most sessions open or opening at once (`GET /_peak`)
         self.headers: list[dict[str, Any]] = []  # every request: "METHOD /path" and its headers
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        if scope["path"] in ("/_requests", "/_sessions", "/_creates", "/_log", "/_headers"):
+        if scope["path"] in ("/_requests", "/_sessions", "/_creates", "/_log", "/_headers", "/_peak"):
             reply: Any = {"/_requests": self.counts, "/_sessions": sorted(self.open), "/_creates": self.creates,
-                          "/_log": self.log, "/_headers": self.headers}
+                          "/_log": self.log, "/_headers": self.headers, "/_peak": self.peak}
             reply = reply[scope["path"]]
             if scope["path"] == "/_requests":
                 self.counts = {}
+            if scope["path"] == "/_peak":  # from now on: the next call's peak
+                self.peak = len(self.open) + self.opening
             await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]})
             return await send({"type": "http.response.body", "body": json.dumps(reply).encode()})
         if scope["path"] == "/_capacity":
@@ -65,6 +68,7 @@ class Counting:
         self.headers.append({"request": key, "headers": {k.decode("latin-1"): v.decode("latin-1")
                                                          for k, v in scope["headers"]}})
         created: dict[str, Any] | None = None
+        answered: list[bool] = []  # a create's answer began: no longer opening
         if key == "POST /create":
             created = {"session": sid, "body": None, "status": None, "arrived": time.monotonic(), "answered": None}
             self.creates.append(created)  # on arrival, so the log keeps the order the requests came in
@@ -78,12 +82,15 @@ class Counting:
                             "headers": [(b"content-type", b"application/json"), (b"retry-after", b"1")]})
                 return await send({"type": "http.response.body", "body": b'{"detail":"at capacity"}'})
             self.opening += 1
+            self.peak = max(self.peak, len(self.open) + self.opening)
 
         async def watch(message: dict[str, Any]) -> None:
             if message["type"] == "http.response.start":
                 logged["answered"] = time.monotonic()
                 if created is not None:
                     created["status"], created["answered"] = message["status"], time.monotonic()
+                    self.opening -= 1  # open now (a 200: in `open` below), or refused
+                    answered.append(True)
                 if message["status"] == 200 and sid:
                     if key == "POST /create":
                         self.open.add(sid)
@@ -96,7 +103,7 @@ class Counting:
         try:
             return await self.app(scope, receive, watch)
         finally:
-            if created is not None:
+            if created is not None and not answered:  # it never answered
                 self.opening -= 1
 
 
@@ -169,6 +176,13 @@ class Served(serve.Running):
         timing them; the server must run with ORSGEN_COUNT_REQUESTS=1)."""
         with urllib.request.urlopen(f"{self.url}/_log", timeout=5) as r:
             return list(json.loads(r.read()))
+
+    def peak_sessions(self) -> int:
+        """The most sessions open or opening on the server at once since the last call (or its start): from a
+        `POST /create`'s arrival to its refusal or its `POST /delete`'s answer (the server must run with
+        ORSGEN_COUNT_REQUESTS=1)."""
+        with urllib.request.urlopen(f"{self.url}/_peak", timeout=5) as r:
+            return int(json.loads(r.read()))
 
     def set_capacity(self, sessions: int) -> None:
         """Refuse `POST /create` with 429 at this many sessions open or opening (0: never); ORSGEN_COUNT_REQUESTS=1."""

@@ -9,7 +9,7 @@ def test_a_record_holding_unicode_line_separators_reads_back_whole(tmp_path):
     records = [{"task_index": 0, "completion": [{"role": "assistant", "content": "one\u2028two\u2029three\x85"}]},
                {"task_index": 1, "completion": []}]
     (tmp_path / evaluate.RECORDS).write_text("".join(jsontext.dumps(r) + "\n" for r in records) + '{"cut', "utf-8")
-    assert evaluate._records(tmp_path) == records  # the last line, cut by a killed run, is left out
+    assert evaluate.records_of(tmp_path) == records  # the last line, cut by a killed run, is left out
 
 
 def test_replay_reads_such_a_record_as_one_episode(tmp_path):

@@ -33,6 +33,10 @@ def main(argv: list[str]) -> int:
         invocation = options.invocation(argv)
         if invocation.compare is not None:
             return compare(invocation)
+        if invocation.merge is not None:
+            from orsgen.evaluate import merge
+
+            return merge.merge(invocation)
         return measure(invocation)
     except OrsgenError as exc:
         print(f"orsgen: error: {exc}", file=sys.stderr)
@@ -43,9 +47,12 @@ def main(argv: list[str]) -> int:
 
 
 def measure(invocation: Invocation) -> int:
+    from orsgen.evaluate import endpoint, episode, figures, pool, progress, target
+
     os.environ.pop("ORSGEN_TRAJECTORIES", None)  # a training's recorder: this run writes its own records
     folder, run, url = _what(invocation)
-    from orsgen.evaluate import endpoint, episode, figures, pool, progress, target
+    concurrency = _concurrency(folder, invocation.concurrency)
+    pool.open_files(concurrency)  # the limit on open files raised for it, or the run refused: before anything starts
 
     members = target.members(run.target)
     _same_module(folder, members, invocation)
@@ -53,27 +60,29 @@ def measure(invocation: Invocation) -> int:
     from orsgen import runtime
     from orsgen.runtime.recorder import Recorder
 
-    scoring = {m: episode.Scoring(_rewards(m, run.rewards), run.max_turns, run.seed, run.unscored_reward, folder.name)
-               for m in members}
-    plan = _plan(members, run)
-    records = _records(folder)
+    scoring = {m: episode.Scoring(_rewards(m, run.rewards), run.max_turns, run.seed, run.unscored_reward, folder.name,
+                                  invocation.max_sessions) for m in members}
+    whole = _plan(members, run)
+    plan = whole if run.shard is None else [w for w in whole if run.shard.holds(w.number)]
+    records = records_of(folder)
     again = {_key(r): why for r in figures.latest(records) if (why := figures.again(r)) is not None}
     done = {_key(r) for r in figures.latest(records)} - set(again)
     todo = [work for work in plan if work.key not in done]
-    first = plan[0].member
-    concurrency = _concurrency(folder, invocation.concurrency)
     limiter = pool.Limiter(min(concurrency, max(len(todo), 1)))
     model = endpoint.Endpoint(url, run.model, _sampling(run), invocation.timeout, busy=limiter.busy)
     try:
         if todo:
+            first = todo[0].member
             model.check_served()  # before the tools' schemas: a mistyped model costs no import of torch
-            model.check_tools(first.schemas(first.adapter_class(plan[0].row)))
+            model.check_tools(first.schemas(first.adapter_class(todo[0].row)))
             for member in members:
                 member.check()
+                for cls in set(member.module.ENVIRONMENTS.values()):  # once, not by the first C episodes at once
+                    member.schemas(cls)
     except BaseException:
         model.close()
         raise
-    _save_run(folder, run, url, members, concurrency, invocation.resume is None)
+    _save_run(folder, run, url, members, concurrency, invocation.resume is None, whole)
     recorder = Recorder(folder, path=folder / RECORDS, build=False, quiet=True)
     kept, stop = episode.Records(recorder, episode.Refusals(busy=limiter.busy), _specs(todo)), threading.Event()
     shown = progress.Progress(len(todo))
@@ -82,9 +91,11 @@ def measure(invocation: Invocation) -> int:
     log.addHandler(above)
     log.propagate = False
     rerun = Counter(again[w.key] for w in todo if w.key in again)
-    print(f"orsgen eval: {len(plan)} episodes ({len(plan) // run.rollouts} tasks x {run.rollouts}), {len(todo)} to "
-          f"run{_again_said(rerun, ' ({n} of them again: {said})')}, at most {limiter.cap} at once; writing to "
-          f"{folder} (orsgen eval --resume {folder} if stopped)", file=sys.stderr)
+    part = (f"{len(plan)} episodes ({len(plan) // run.rollouts} tasks x {run.rollouts})" if run.shard is None else
+            f"shard {run.shard}: {len(plan)} of the run's {len(whole)} episodes ({len(whole) // run.rollouts} tasks x "
+            f"{run.rollouts})")
+    print(f"orsgen eval: {part}, {len(todo)} to run{_again_said(rerun, ' ({n} of them again: {said})')}, at most "
+          f"{limiter.cap} at once; writing to {folder} (orsgen eval --resume {folder} if stopped)", file=sys.stderr)
     status, failed_in_a_row, why = 0, 0, None
     work_pool = pool.Pool(todo, lambda w: episode.run(w, model, kept, scoring[w.member], stop), limiter, stop)
     requeued: dict[Any, int] = {}
@@ -110,7 +121,6 @@ def measure(invocation: Invocation) -> int:
             if unsaved is not None:  # a full disk: stop, with what is saved and the resume line
                 why, status = f"cannot write {folder / RECORDS}: {unsaved}", 2
                 break
-            records.append(ended.result)
             if ended.work.key in again:
                 rerun_done[again[ended.work.key]] += 1
             shown.done += 1
@@ -138,8 +148,9 @@ def measure(invocation: Invocation) -> int:
         shown.end()
         log.removeHandler(above)
         log.propagate = True
+    records = records_of(folder)  # what was saved: never held in memory while the run goes (C records at most)
     try:
-        _finish(folder, run, url, members, plan, records, invocation)
+        finish(folder, run, url, [m.name for m in members], _tasks(plan), len(plan), records, invocation, members)
     except OSError as exc:  # a full disk again: the records are what counts, and they are saved
         unwritten = f"cannot write the figures in {folder}: {exc.strerror or exc}"
         why, status = (unwritten if why is None else f"{why}; {unwritten}"), status or 2
@@ -206,7 +217,12 @@ def _what(invocation: Invocation) -> tuple[Path, Run, str | None]:
     if (folder / RUN).exists():
         raise OrsgenError(f"{folder} holds a run already: orsgen eval --resume {folder} runs what it is missing, or "
                           "give another --out")
-    where = f"--out {folder}" if invocation.out else str(folder)
+    fresh(folder, f"--out {folder}" if invocation.out else str(folder))
+    return folder, run, invocation.base_url or os.environ.get("OPENAI_BASE_URL") or None
+
+
+def fresh(folder: Path, where: str) -> None:
+    """OrsgenError unless `folder` is new or empty: nothing of the user's is replaced."""
     if folder.exists() and not folder.is_dir():
         raise OrsgenError(f"{where}: a file, not a folder: give a new or empty folder")
     theirs = sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
@@ -214,7 +230,6 @@ def _what(invocation: Invocation) -> tuple[Path, Run, str | None]:
         raise OrsgenError(f"{where} holds files orsgen eval did not write ({', '.join(theirs[:5])}"
                           f"{', ...' if len(theirs) > 5 else ''}): nothing there is replaced; give a new or empty "
                           "folder")
-    return folder, run, invocation.base_url or os.environ.get("OPENAI_BASE_URL") or None
 
 
 def _endpoint(folder: Path, given: str | None) -> str | None:
@@ -325,7 +340,7 @@ def _specs(todo: list[Any]) -> dict[tuple[str, str, int], Any]:
     return found
 
 
-def _records(folder: Path) -> list[dict[str, Any]]:
+def records_of(folder: Path) -> list[dict[str, Any]]:
     path = folder / RECORDS
     if not path.exists():
         return []
@@ -377,7 +392,15 @@ def _concurrency(folder: Path, given: int | None) -> int:
     return saved if isinstance(saved, int) and not isinstance(saved, bool) and saved >= 1 else options.CONCURRENCY
 
 
-def _save_run(folder: Path, run: Run, url: str | None, members: list[Any], concurrency: int, new: bool) -> None:
+def _tasks(plan: list[Any]) -> list[tuple[str, str, int]]:
+    """The tasks of a plan, each once, in its order: (environment, split, task index)."""
+    return list(dict.fromkeys((w.member.name, str(w.row["split"]), int(w.row["task_index"])) for w in plan))
+
+
+def _save_run(folder: Path, run: Run, url: str | None, members: list[Any], concurrency: int, new: bool,
+              whole: list[Any]) -> None:
+    """run.json: what was measured, where, on which module pins, how many ran at once; a shard's also holds its whole
+    run's tasks (as ranges, in order) and episodes, which `--merge` checks and makes the merged figures of."""
     from orsgen.runtime import jsontext
     from orsgen.write import atomic
 
@@ -387,6 +410,8 @@ def _save_run(folder: Path, run: Run, url: str | None, members: list[Any], concu
     saved = {"run": run.saved(), "endpoint": shown, **({"endpoint_withheld": withheld} if withheld else {}),
              "concurrency": concurrency,  # how it ran, not what it measures: --resume runs as many at once
              "environments": [{"name": m.name, "module": m.module.__name__, "snapshot": m.snapshot} for m in members]}
+    if run.shard is not None:
+        saved["plan"] = {"episodes": len(whole), "tasks": options.ranges(_tasks(whole))}
     atomic(folder / RUN, jsontext.dumps(saved, indent=1) + "\n")
 
 
@@ -397,18 +422,17 @@ def _bug(exc: BaseException) -> str:
     return f"internal error (the traceback above): {type(exc).__name__}: {exc}: please report it"
 
 
-def _finish(folder: Path, run: Run, url: str | None, members: list[Any], plan: list[Any],
-            records: list[dict[str, Any]], invocation: Invocation) -> dict[str, Any]:
-    """The figures of every episode the folder holds: summary.json, report.md, the picture; the report on stdout;
-    the passing episodes as an SFT set when asked."""
+def finish(folder: Path, run: Run, url: str | None, names: list[str], tasks: list[tuple[str, str, int]],
+            planned: int, records: list[dict[str, Any]], invocation: Invocation,
+            members: list[Any] | None = None) -> dict[str, Any]:
+    """The figures of every episode the folder holds (`planned` of them on `tasks`, in order): summary.json,
+    report.md, the picture; the report on stdout; the passing episodes as an SFT set when asked (`members`)."""
     from orsgen.evaluate import figures, plot, report, sft
     from orsgen.runtime import jsontext
     from orsgen.write import atomic
 
-    tasks = list(dict.fromkeys((w.member.name, w.row["split"], int(w.row["task_index"])) for w in plan))
-    summary = figures.summary(records, k=run.rollouts, planned=len(plan), threshold=run.pass_threshold, tasks=tasks)
-    splits = ", ".join(sorted({str(w.row["split"]) for w in plan}))
-    names = [m.name for m in members]
+    summary = figures.summary(records, k=run.rollouts, planned=planned, threshold=run.pass_threshold, tasks=tasks)
+    splits = ", ".join(sorted({split for _, split, _ in tasks}))
     about: dict[str, Any] = {"model": run.model, "endpoint": options.public(url)[0], "target": run.target,
                              "split": splits, "environments": names, "folder": str(folder)}
     summary["run"] = about
@@ -424,7 +448,7 @@ def _finish(folder: Path, run: Run, url: str | None, members: list[Any], plan: l
         picture = f" (a picture too with matplotlib: {extras.pip('plot')}, the plot extra)"
     print(report.render(summary, about, markdown=invocation.format == "markdown"), end="")
     print(f"orsgen eval: {folder / SUMMARY}, {folder / RECORDS}{picture}", file=sys.stderr)
-    if invocation.keep_passing is not None:
+    if invocation.keep_passing is not None and members is not None:
         tools = {cls.__name__: m.schemas(cls) for m in members for cls in set(m.module.ENVIRONMENTS.values())}
         kept = sft.rows(records, summary["pass"]["threshold"], tools)
         path = sft.write(invocation.keep_passing, kept)

@@ -49,28 +49,37 @@ class Fatal(Exception):
 
 class Refusals:
     """The starts the environment refused for capacity (429), by adapter: the limiter hears each as it happens, and an
-    episode whose start failed after one is run again later (`Busy`)."""
+    episode whose start failed after one is run again later (`Busy`); and the seconds its starts waited for a place in
+    the sessions budget (--max-sessions)."""
 
     def __init__(self, busy: Callable[[float | None], None] = lambda seconds: None) -> None:
         self._busy = busy
         self._refused: set[int] = set()
+        self._waited: dict[int, float] = {}
         self._lock = threading.Lock()
         hooks.add("session_open", self._heard)
 
     def refused(self, env: Any) -> bool:
         return id(env) in self._refused
 
+    def waited(self, env: Any) -> float:
+        with self._lock:
+            return self._waited.get(id(env), 0.0)
+
     def forget(self, env: Any) -> None:
         with self._lock:
             self._refused.discard(id(env))
+            self._waited.pop(id(env), None)
 
     def close(self) -> None:
         hooks.remove("session_open", self._heard)
 
     def _heard(self, record: hooks.SessionOpen[Any]) -> None:
-        if record.status == 429:
-            with self._lock:
+        with self._lock:
+            self._waited[id(record.adapter)] = self._waited.get(id(record.adapter), 0.0) + record.waited
+            if record.status == 429:
                 self._refused.add(id(record.adapter))
+        if record.status == 429:
             self._busy(None)
 
 
@@ -93,6 +102,7 @@ class Scoring:
     seed: int | None
     unscored_reward: float | None
     run: str
+    max_sessions: int | None = None  # --max-sessions: the sessions budget per environment
 
 
 def run(work: Work, endpoint: Endpoint, records: Records, scoring: Scoring, stop: threading.Event
@@ -100,7 +110,8 @@ def run(work: Work, endpoint: Endpoint, records: Records, scoring: Scoring, stop
     """The episode's trajectory record; None when it was stopped (Ctrl-C) before its end. Busy and Fatal as above."""
     rollout.rollout_release()  # training's version check (once per process)
     cls = work.member.adapter_class(work.row)
-    given = {} if scoring.unscored_reward is None else {"unscored_reward": scoring.unscored_reward}
+    given = {name: value for name, value in (("unscored_reward", scoring.unscored_reward),
+                                              ("max_sessions", scoring.max_sessions)) if value is not None}
     env = cls(settings=given)
     try:
         return _episode(work, env, endpoint, scoring, stop, records)
@@ -165,6 +176,7 @@ def _episode(work: Work, env: Any, endpoint: Endpoint, scoring: Scoring, stop: t
                           usage=usage, model_seconds=model_seconds, error=error,
                           task_spec=_spec(env, work, records.specs))
     record["stream"] = "eval"
+    record["seconds"]["waited"] = round(records.refusals.waited(env), 6)
     record["model_error"] = _redacted(model_error, [*secrets_of(env), *endpoint.secrets()])
     if error is None:
         record["reward"] = reward

@@ -85,6 +85,7 @@ def summary(records: list[dict[str, Any]], *, k: int, planned: int, threshold: f
     replies = sum(sum(1 for t in r.get("completion") or [] if t.get("role") == "assistant") for r in records)
     model_seconds = sum(r["seconds"].get("model") or 0.0 for r in records if r.get("seconds"))
     tool_seconds = [c.get("seconds") or 0.0 for r in records for c in r.get("tool_calls") or []]
+    waited = [r["seconds"].get("waited") or 0.0 for r in records if r.get("seconds")]  # --max-sessions
     usage = [r["usage"] for r in records if r.get("usage")]
     return {
         "schema": SCHEMA,
@@ -102,7 +103,9 @@ def summary(records: list[dict[str, Any]], *, k: int, planned: int, threshold: f
                   "failure_rate": sum(failures) / sum(calls) if sum(calls) else None},
         "latency": {"episode_p50": _quantile(episode_seconds, 0.5), "episode_p95": _quantile(episode_seconds, 0.95),
                     "model_reply_mean": model_seconds / replies if replies else None,
-                    "tool_call_mean": statistics.fmean(tool_seconds) if tool_seconds else None},
+                    "tool_call_mean": statistics.fmean(tool_seconds) if tool_seconds else None,
+                    # seconds episodes' starts waited for a place in the sessions budget, in all, and how many did
+                    "session_wait_total": sum(waited), "episodes_waited": sum(1 for w in waited if w > 0)},
         "tokens": None if not usage else {
             "prompt": sum(u.get("prompt_tokens", 0) for u in usage),
             "completion": sum(u.get("completion_tokens", 0) for u in usage),

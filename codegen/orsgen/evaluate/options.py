@@ -81,6 +81,21 @@ class Tasks:
         return ",".join(str(low) if low == high else f"{low}-{high}" for low, high in self.ranges)
 
 
+def ranges(tasks: list[tuple[str, str, int]]) -> list[dict[str, Any]]:
+    """Tasks in order as runs of one environment and split, each run's indices as ranges ("0-99,120"): a plan of
+    10^6 tasks is a few numbers. `expand` reads it back."""
+    runs: list[tuple[str, str, list[int]]] = []
+    for environment, split, index in tasks:
+        if not runs or runs[-1][:2] != (environment, split):
+            runs.append((environment, split, []))
+        runs[-1][2].append(index)
+    return [{"environment": e, "split": s, "tasks": str(Tasks.listed(indices))} for e, s, indices in runs]
+
+
+def expand(saved: list[dict[str, Any]]) -> list[tuple[str, str, int]]:
+    return [(str(r["environment"]), str(r["split"]), index) for r in saved for index in Tasks.parse(r["tasks"])]
+
+
 def public(url: str | None) -> tuple[str | None, list[str]]:
     """`url` as it may be saved or shown, and what of it was dropped: its `user:password@` ("userinfo") and its query
     string and fragment ("query", where some gateways take an API key)."""
@@ -90,6 +105,28 @@ def public(url: str | None) -> tuple[str | None, list[str]]:
     assert found is not None  # every part is optional
     dropped = [*(["userinfo"] if found[2] else []), *(["query"] if found.end() < len(url) else [])]
     return (found[1] or "") + found[3], dropped
+
+
+@dataclass(frozen=True)
+class Shard:
+    """`--shard I/N`: the run's episodes numbered n with n % N == I (0 <= I < N), a deterministic, disjoint part of
+    its (task, rollout) pairs: N shards, each launched on its own (a SLURM array, Ray tasks), cover the run once."""
+
+    index: int
+    count: int
+
+    @classmethod
+    def parse(cls, text: str) -> Shard:
+        found = re.fullmatch(r"\s*([0-9]{1,9})\s*/\s*([0-9]{1,9})\s*", text)
+        if found is None or not 0 <= int(found[1]) < int(found[2]):
+            raise ValueError(f"I/N with 0 <= I < N (the shard's index, from 0, and how many shards), not {text!r}")
+        return cls(int(found[1]), int(found[2]))
+
+    def holds(self, number: int) -> bool:
+        return number % self.count == self.index
+
+    def __str__(self) -> str:
+        return f"{self.index}/{self.count}"
 
 
 @dataclass(frozen=True)
@@ -110,10 +147,13 @@ class Run:
     pass_threshold: float = PASS_THRESHOLD  # recorded when the run starts: --resume and the figures keep it
     rewards: tuple[str, ...] = ()  # the module's reward functions by name, before get_reward() (as TRL runs them)
     unscored_reward: float | None = None
+    shard: Shard | None = None  # --shard I/N: this part of the run's episodes (None: all of them)
 
     def saved(self) -> dict[str, Any]:
         found = {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
-        return {**found, "tasks": None if self.tasks is None else str(self.tasks)}  # "0-99,120", never a list
+        found = {**found, "tasks": None if self.tasks is None else str(self.tasks)}  # "0-99,120", never a list
+        found.pop("shard")
+        return found if self.shard is None else {**found, "shard": str(self.shard)}  # "1/4"
 
     @classmethod
     def load(cls, folder: Path) -> Run:
@@ -127,6 +167,8 @@ class Run:
                               Tasks.listed(tasks) if tasks is not None else None)
             if given.get("pass_threshold") is None:  # an older run.json: null was "1.0 or the highest reward seen"
                 given["pass_threshold"] = PASS_THRESHOLD
+            if given.get("shard") is not None:
+                given["shard"] = Shard.parse(given["shard"])
             return cls(**given)
         except FileNotFoundError:
             raise OrsgenError(f"--resume {folder}: no {path}: not the folder of an orsgen eval run") from None
@@ -147,6 +189,8 @@ class Invocation:
     format: str
     keep_passing: Path | None
     compare: tuple[Path, Path] | None
+    merge: tuple[Path, ...] | None = None  # --merge DIR...: shard folders, into --out
+    max_sessions: int | None = None  # --max-sessions: the sessions budget per environment
 
 
 class _Parser(argparse.ArgumentParser):
@@ -161,6 +205,8 @@ EPILOG = """examples:
   orsgen eval --compare runs/eval-base runs/eval-trained --format markdown      before and after, task by task
 a model on this machine: transformers serve DIR --port 8020 (on CPU, one that calls your tools: python -m orsgen.tiny
   MODULE -o DIR, its environment served), then --base-url http://127.0.0.1:8020/v1 --model DIR
+  orsgen eval seta --model M -n 1000 -k 4 --shard 0/8 --out runs/s0             one of 8 parts, on any machine
+  orsgen eval --merge runs/s0 runs/s1 ... runs/s7 --out runs/eval-base          the 8 parts as one run
 environment: OPENAI_BASE_URL and OPENAI_API_KEY (the endpoint, as the openai client reads them), OPENREWARD_API_KEY
 exit codes: 0 done, 2 bad input or an endpoint or environment that cannot run an episode, 130 interrupted (resumable)
 """
@@ -192,6 +238,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--unscored-reward", type=float, metavar="X", help="the adapter's unscored_reward")
     p.add_argument("--concurrency", type=_count, metavar="N", help=f"episodes at once (default {CONCURRENCY}, or "
                    "what a resumed run used; halved while the endpoint or the environment answers 429)")
+    p.add_argument("--max-sessions", type=_count, metavar="N", help="sessions open at once per environment (default: no "
+                   "bound but --concurrency; ORSGEN_MAX_SESSIONS): an episode past it waits for one to close")
     p.add_argument("--timeout", type=float, default=TIMEOUT, metavar="S", help=f"seconds per model reply (default "
                    f"{TIMEOUT:g})")
     p.add_argument("--out", type=Path, metavar="DIR", help="where the run goes (default: evals/ENV-MODEL-TIME)")
@@ -200,6 +248,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--keep-passing", type=Path, metavar="DIR", help="write the passing episodes to DIR/passing.jsonl "
                    "as a chat dataset (messages, tools) for TRL's SFTTrainer")
     p.add_argument("--compare", type=Path, nargs=2, metavar=("A", "B"), help="compare two runs task by task")
+    p.add_argument("--shard", type=_shard, metavar="I/N", help="run part I of N (I from 0): episode n when n %% N == I; "
+                   "each part its own --out, resumable on its own")
+    p.add_argument("--merge", type=Path, nargs="+", metavar="DIR", help="the N shard folders of one run, into --out "
+                   "as that run")
     return p
 
 
@@ -256,6 +308,11 @@ def _shown(value: Any) -> str:
     if isinstance(value, tuple):
         return " ".join(value) or "none"
     return "none" if value is None else str(value)
+def _shard(text: str) -> Shard:
+    try:
+        return Shard.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def invocation(argv: list[str]) -> Invocation:
@@ -264,7 +321,16 @@ def invocation(argv: list[str]) -> Invocation:
                                "seed", "pass_threshold", "unscored_reward") if getattr(args, name) is not None}
     given |= {name for name, default in (("rollouts", 1), ("max_turns", MAX_TURNS), ("reward", []))
               if getattr(args, name) != default}
+    given |= {"shard"} if args.shard is not None else set()
     flags = ", ".join(sorted(_flag(name) for name in given))
+    if args.merge:
+        if given or args.resume or args.compare or args.keep_passing:
+            raise OrsgenError(f"--merge DIR... reads the shards' own run.json: drop "
+                              f"{flags or '--resume/--compare/--keep-passing'}")
+        if not args.out:
+            raise OrsgenError("--merge DIR... --out DIR: give --out, the merged run's folder (new or empty)")
+        return Invocation(None, None, args.out, None, args.concurrency, args.timeout, args.format, None, None,
+                          tuple(args.merge))
     if args.compare:
         if given or args.resume or args.out or args.keep_passing:
             raise OrsgenError(f"--compare A B reads two finished runs: drop {flags or '--resume/--out/--keep-passing'}")
@@ -292,8 +358,8 @@ def invocation(argv: list[str]) -> Invocation:
         bar = PASS_THRESHOLD if args.pass_threshold is None else args.pass_threshold
         run = Run(args.target, args.model, args.split, args.tasks, args.num_tasks, args.rollouts, args.temperature,
                   args.top_p, args.max_tokens, args.seed, args.max_turns, bar, tuple(args.reward),
-                  args.unscored_reward)
+                  args.unscored_reward, args.shard)
     if args.timeout <= 0:
         raise OrsgenError(f"--timeout {args.timeout:g}: more than 0 seconds")
     return Invocation(run, args.base_url or None, args.out, args.resume, args.concurrency, args.timeout, args.format,
-                      args.keep_passing, None)
+                      args.keep_passing, None, None, args.max_sessions)

@@ -11,7 +11,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+from orsgen.errors import OrsgenError
+
 W = TypeVar("W")
+FILES_PER_EPISODE = 3  # open files an episode in flight may hold: its environment and endpoint connections and one
+# closing (measured by bench/eval_scale.py: 1.4 per episode at 512 at once, the process's own included)
+FILES_BASE = 128  # what the process holds besides (about 50: the interpreter, torch and the SDK, the records)
 BUSY_REQUEUES = 5  # times an episode's start may be refused for capacity (after the runtime's retries) before the
 # run stops: the environment stays full with one episode at a time
 
@@ -50,6 +55,26 @@ class Limiter:
             self.refusals += 1
             self.limit, self._good = max(1, self.limit // 2), 0
             self._until = max(self._until, time.monotonic() + min(retry_after if retry_after is not None else 1.0, 30))
+
+
+def open_files(concurrency: int) -> None:
+    """Raise the soft limit on open files (RLIMIT_NOFILE) to what `concurrency` episodes at once may need, up to the
+    hard limit; OrsgenError, one line, when even that is too low: before anything starts, not as episodes failing
+    with "Too many open files" halfway through."""
+    try:
+        import resource
+    except ImportError:  # not on this platform (Windows): its own limits apply
+        return
+    need = FILES_BASE + FILES_PER_EPISODE * concurrency
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= need:
+        return
+    if hard != resource.RLIM_INFINITY and hard < need:
+        fits = max(1, (hard - FILES_BASE) // FILES_PER_EPISODE)
+        raise OrsgenError(f"--concurrency {concurrency} needs up to {need} open files, and this process may open "
+                          f"{hard} at most (its hard limit, ulimit -Hn): lower --concurrency to {fits}, or raise the "
+                          "hard limit")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (need, hard))
 
 
 @dataclass

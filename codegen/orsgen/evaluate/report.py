@@ -45,7 +45,7 @@ def render(summary: dict[str, Any], run: dict[str, Any], markdown: bool) -> str:
         ("latency", (f"episode p50 {_num(summary['latency']['episode_p50'], 2)} s, p95 "
                     f"{_num(summary['latency']['episode_p95'], 2)} s; model reply "
                     f"{_num(summary['latency']['model_reply_mean'], 2)} s; tool call "
-                    f"{_num(summary['latency']['tool_call_mean'], 3)} s")),
+                    f"{_num(summary['latency']['tool_call_mean'], 3)} s{_waited(summary['latency'])}")),
     ]
     tokens = summary.get("tokens")
     if tokens:
@@ -61,6 +61,13 @@ def render(summary: dict[str, Any], run: dict[str, Any], markdown: bool) -> str:
             for t in summary["tasks"]]
     lines += ["", *(["### Tasks", ""] if markdown else []), *_table(header, rows, markdown)]
     return "\n".join(lines) + "\n"
+
+
+def _waited(latency: dict[str, Any]) -> str:
+    """The wait for a place in the sessions budget (--max-sessions), when there was one."""
+    n = latency.get("episodes_waited") or 0
+    return (f"; {n} episode{'s' * (n != 1)} waited {latency['session_wait_total']:.1f} s in all for a session "
+            "(--max-sessions)") if n else ""
 
 
 def reasons(unscored: dict[str, int]) -> str:

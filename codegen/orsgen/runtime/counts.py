@@ -30,6 +30,7 @@ class Counts:
     start_retries: int = 0
     capacity_refusals: int = 0
     starts_given_up: int = 0  # attempts given up at ORSGEN_RESET_TIMEOUT (their sessions, if opened later, closed)
+    slot_wait_seconds: float = 0.0  # what starts waited for a place in the sessions budget (max_sessions)
     ahead_opened: int = 0
     ahead_taken: int = 0
     ahead_unused: int = 0
@@ -79,6 +80,7 @@ class Counts:
             self.start_retries += record.attempt > 0
             self.capacity_refusals += record.status == 429
             self.starts_given_up += record.given_up
+            self.slot_wait_seconds += record.waited
 
     def add(self, other: Counts) -> None:
         for f in fields(self):
@@ -99,7 +101,7 @@ def figures(c: Counts) -> dict[str, float]:
     out.update({
         "starts": c.starts, "start_failures": c.start_failures,
         "start_retries": c.start_retries, "capacity_refusals": c.capacity_refusals,
-        "starts_given_up": c.starts_given_up, "ahead/opened": c.ahead_opened,
+        "starts_given_up": c.starts_given_up, "slot_wait_seconds": c.slot_wait_seconds, "ahead/opened": c.ahead_opened,
         "ahead/taken": c.ahead_taken, "ahead/unused": c.ahead_unused, "calls_ahead": c.calls_ahead, "sessions_open": c.sessions_open,
         "outputs_truncated": c.outputs_truncated, "chars_cut": c.chars_cut, "tokens_cut": c.tokens_cut,
         "images_left_out": c.images_left_out, "tool_timeouts": c.tool_timeouts,

@@ -189,11 +189,11 @@ def session_opened(adapter: Any, split: str, index: int, stream: str | None) -> 
     """The `session_open` reporter of one adapter's starts of a task: called per attempt with its number, start
     time and error (None: it opened), on the runtime's loop."""
 
-    def report(attempt: int, began: float, exc: BaseException | None) -> None:
+    def report(attempt: int, began: float, exc: BaseException | None, waited: float = 0.0) -> None:
         if hooks.wanted("session_open"):
             error, status = (None, None) if exc is None else (client.describe(exc), client.status(exc))
             hooks.emit("session_open", hooks.SessionOpen(adapter, split, index, attempt, error, status,
                                                          time.perf_counter() - began, stream,
-                                                         isinstance(exc, StartTimeout)))
+                                                         isinstance(exc, StartTimeout), waited))
 
     return report

@@ -84,6 +84,7 @@ class SessionOpen(Generic[A]):
     seconds: float
     stream: str | None = None  # the trainer batch it was opened for ("train"/"eval"; opened ahead: the batch ahead)
     given_up: bool = False  # no answer within ORSGEN_RESET_TIMEOUT: a session the server opens later is closed at once
+    waited: float = 0.0  # seconds it waited for a place in the sessions budget (max_sessions) before it began
 
 
 @dataclass(frozen=True)

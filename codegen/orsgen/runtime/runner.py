@@ -145,6 +145,8 @@ class Runner:
             where, batch, first = place(adapter, row, runner_of)
             self._batch, self.in_batch = (None if batch is None else weakref.ref(batch)), batch is not None
             facts = where.batch
+            if first and facts is not None and config.max_sessions is not None:
+                _within_budget(self.pinned, facts.adapters, config.max_sessions)
             messages.note(self.pinned.conversations, self.split, facts.rows if facts is not None else [row])
             stream = facts.stream if facts is not None else None
             index = task(self, env, split, row, config, where, batch, facts.index if facts is not None else 0)
@@ -412,3 +414,12 @@ def _exit_closers() -> list[Any]:
             closers.append(sessions.end(*held))
     return closers
 
+
+def _within_budget(pinned: Pinned, adapters: list[Any], budget: int) -> None:
+    """A trainer's batch holds its sessions from its resets until its rewards are read: past the sessions budget,
+    a reset would wait for ever. Refused, one line."""
+    rollouts = sum(1 for env in adapters if (member := runner_of(env)) is not None and member.pinned is pinned)
+    if rollouts > budget:
+        raise ValueError(f"max_sessions = {budget} (ORSGEN_MAX_SESSIONS) is below the {rollouts} rollouts of "
+                         f"{pinned.target} in this process's batch, which hold their sessions until the batch's rewards "
+                         f"are read: raise it to at least {rollouts}, or lower per_device_train_batch_size")

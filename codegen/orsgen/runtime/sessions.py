@@ -23,12 +23,14 @@ from orsgen.runtime import bounds, client, messages
 from orsgen.runtime.errors import DriftError, StartError, StartTimeout, WrongServer
 from orsgen.runtime.process import STATE
 from orsgen.runtime.settings import Settings
+from orsgen.runtime.slots import Slots
 
 if TYPE_CHECKING:
     from openreward.api.environments.client import AsyncEnvironment, AsyncSession
 
 log = logging.getLogger("orsgen")
-Report = Callable[[int, float, "BaseException | None"], None]  # per attempt: (number, start time, error or None)
+# per attempt: (number, start time, error or None, seconds it waited for a place in the sessions budget)
+Report = Callable[[int, float, "BaseException | None", float], None]
 
 
 class Held:
@@ -142,6 +144,7 @@ class Sessions:
 
     pin: Pin
     failures: InARow = field(default_factory=InARow)
+    slots: Slots = field(default_factory=Slots)  # the sessions budget (max_sessions)
     _drift_checked: set[str] = field(default_factory=set)
     _builds_seen: set[str] = field(default_factory=set)
     _serves_env: set[str] = field(default_factory=set)  # servers known to serve the environment
@@ -166,9 +169,16 @@ class Sessions:
         limit = settings.reset_timeout
         retries = settings.start_retries if retries is None else retries
         for attempt in range(first, first + retries + 1):
+            waited = await self.slots.take(settings.max_sessions)  # a place in the budget, before any request
             began, session = time.perf_counter(), None
             try:
-                session = self._session(env, connection, split, index)  # may refuse before any request: reported
+                try:
+                    session = self._session(env, connection, split, index)  # may refuse before any request: reported
+                finally:
+                    if session is None:
+                        self.slots.give()
+                    else:
+                        self.slots.own(session)  # given back once the server has it closed (`end`)
                 if settings.check_drift:  # once per process and server
                     await self.check_drift(env, connection.url, limit)
                 await self.enter(session, limit)
@@ -182,17 +192,18 @@ class Sessions:
                 if session is not None and not isinstance(exc, StartTimeout):  # one the server half-opened too (a
                     with contextlib.suppress(Exception):  # start given up is closed once it ends: `enter`
                         await end(session, None, settings.close_timeout)
+                    self.slots.release(session)
                 if isinstance(exc, asyncio.TimeoutError):
                     exc = StartTimeout(f"no answer within {limit:g}s (ORSGEN_RESET_TIMEOUT)")
                 if report is not None:
-                    report(attempt, began, exc)
+                    report(attempt, began, exc, waited)
                 if attempt == first + retries or not transient(exc):
                     raise exc from None
                 wait = client.retry_after(exc) or min(2.0 ** (attempt - first), 10.0)
                 await asyncio.sleep(min(wait, 60.0))
             else:
                 if report is not None:
-                    report(attempt, began, None)
+                    report(attempt, began, None, waited)
                 return opened
         raise AssertionError("unreachable")
 
@@ -226,7 +237,10 @@ class Sessions:
                         "%gs (ORSGEN_RESET_TIMEOUT) was answered after %.0fs: that session is closed at once (counted "
                         "in orsgen/starts_given_up); raise ORSGEN_RESET_TIMEOUT if the environment starts this slowly",
                         self.pin.target, limit, time.perf_counter() - began)
-        await end(session, None)
+        try:
+            await end(session, None)
+        finally:
+            self.slots.release(session)
 
     def _session(self, env: AsyncEnvironment, connection: Connection, split: str, index: int) -> AsyncSession:
         """A session on the pinned task spec when the module pinned its tasks, else on split and index."""
@@ -365,8 +379,12 @@ async def end(session: AsyncSession | None, opening: concurrent.futures.Future[A
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(waiting)), client.timeout("tool"))
             release(session)
-        _held().open.pop(session, None)
-        await asyncio.wait_for(session.__aexit__(None, None, None), limit or client.timeout("close"))
+        owner = _held().open.pop(session, None)
+        try:
+            await asyncio.wait_for(session.__aexit__(None, None, None), limit or client.timeout("close"))
+        finally:  # closed, or given up on (the server reaps it): its place in the budget is free
+            if owner is not None:
+                owner.slots.release(session)
 
 
 def close(session: AsyncSession | None = None,

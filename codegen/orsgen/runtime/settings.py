@@ -50,6 +50,7 @@ class Settings:
     close_timeout: float = 10.0
     episode_timeout: float | None = None
     batch_calls: bool = True
+    max_sessions: int | None = None  # the sessions budget per environment and process (slots.py); None: none
     # Tool budgets (budgets.py): None is the module's pinned value.
     max_output_chars: int | None = None
     max_output_tokens: int | None = None
@@ -344,6 +345,10 @@ SETTINGS = (
             variable="ORSGEN_EPISODE_TIMEOUT"),
     Setting("batch_calls", _flag, "the first tool call of a GRPOTrainer turn starts the turn's calls of the batch's "
             "later rollouts at once (sync tools)", variable="ORSGEN_BATCH_CALLS"),
+    Setting("max_sessions", _at_least(1), "sessions of one environment a process holds open or opening at once, "
+            "starts and open-ahead included (`orsgen eval --max-sessions`): a start past it waits for one to close, "
+            "counted in orsgen/slot_wait_seconds; None: no bound. At least the rollouts of a process's batch",
+            variable="ORSGEN_MAX_SESSIONS"),
     Setting("max_output_chars", _budget_setting("max-output-chars"), "characters of a tool's result the model reads: the rest is cut, "
             "with a line saying so; None: the module's max-output-chars", attribute="max_output_chars",
             variable="ORSGEN_MAX_OUTPUT_CHARS"),
