@@ -1,6 +1,6 @@
 """The runtime's one connection to the openreward SDK: its own event loop thread, one SDK client per API key, bounded
-waits, and the clean-up at exit. Only the SDK's public async API is used, except the SSE parser fix (checked) and
-`delete_once` (where the SDK has its hook)."""
+waits, and the clean-up at exit. Only the SDK's public async API is used, except the SSE parser fix (checked),
+`delete_once` and `first_ping_later` (where the SDK has their hooks)."""
 
 from __future__ import annotations
 
@@ -155,6 +155,22 @@ def delete_once(session: Any) -> None:
         await asyncio.shield(sent[0])
 
     session._pre_delete = once
+
+
+def first_ping_later(session: Any) -> None:
+    """The SDK's keep-alive pings a session as it opens, then every 10 s; the server keeps a session 120 s without
+    one. The first ping now waits its interval too: a batch's starts are the server's busiest moment (its resets
+    wait on them), and a session closed within the interval, as a short episode's is, never pings. An SDK without
+    the hook is left as it is."""
+    run = getattr(session, "_run_ping", None)
+    if run is None:
+        return
+
+    async def later(*args: Any, **kwargs: Any) -> Any:
+        await asyncio.sleep(kwargs.get("sleep_time", 10))
+        return await run(*args, **kwargs)
+
+    session._run_ping = later
 
 
 class Loop:

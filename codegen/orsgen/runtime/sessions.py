@@ -254,6 +254,7 @@ class Sessions:
                         namespace=env.namespace)
             session = env.session(task=task, secrets=connection.secrets)
         client.delete_once(session)
+        client.first_ping_later(session)
         return session
 
     def started(self) -> None:
