@@ -16,7 +16,8 @@ at C = 512, to bound the run), 64 tasks x k rollouts:
 The sides alternate in order per level. Per side: the episode phase on the endpoint's clock (its first episode
 request's arrival to its last answer; the ideal is waves x 3 s, episodes / C x one episode's designed time), its
 ratio to the ideal, the client's CPU seconds in that phase per episode (its /proc/PID/stat sampled every 0.1 s, so
-imports and start-up are left out; the whole process's CPU is kept too), its peak RSS, open file descriptors and
+imports and start-up are left out; the whole process's CPU is kept too) and the two servers' in the same phase (what
+the side cost them: on 2 cores they compete with it), its peak RSS, open file descriptors and
 threads, what it raised (orsgen: records with an error, and its exit code; plain: exceptions) and the sessions the
 environment opened and closed. The goals (issue 47): orsgen's ratio within 1.1x the plain client's at every C, its CPU
 per episode within 2x. A miss is reported, never an error. Writes bench/eval_scale.json. The machine's load average
