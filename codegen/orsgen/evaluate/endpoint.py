@@ -184,7 +184,7 @@ class Endpoint:
         raise EndpointError(f"the endpoint at {self.where} answered 429 (busy) {BUSY_ATTEMPTS} times in a row")
 
     def _run(self, request: Callable[[Any], Coroutine[Any, Any, Any]]) -> Any:
-        """`request(client)` on the endpoint's loop, within `timeout` (TimeoutError after it, the request cancelled:
+        """`request(client)` on the runtime's loop, within `timeout` (TimeoutError after it, the request cancelled:
         the openai client's own timeout is per read, and a trickled answer never trips it)."""
         future = asyncio.run_coroutine_threadsafe(self._first(request), self._running())
         try:
