@@ -31,7 +31,7 @@ def said(caplog) -> list[logging.LogRecord]:
 def test_a_training_dataset_with_the_difficulty_order_warns_once_and_trains_on_its_rows(echo, tmp_path, monkeypatch,
                                                                                            caplog):
     server, mod = echo
-    monkeypatch.setattr(client, "_said", set())  # this process may have said it before
+    monkeypatch.setattr(client._part(), "said", set())  # the lines said once: none yet  # this process may have said it before
 
     class Ordered(mod.Echo):
         task_order = "difficulty"
@@ -53,7 +53,7 @@ def test_a_training_dataset_with_the_difficulty_order_warns_once_and_trains_on_i
 def test_rows_that_name_their_tasks_outside_training_say_nothing(echo, monkeypatch, caplog):
     """Evaluation (`orsgen eval`, a reset by hand) names its tasks by design."""
     _, mod = echo
-    monkeypatch.setattr(client, "_said", set())
+    monkeypatch.setattr(client._part(), "said", set())  # the lines said once: none yet
     monkeypatch.setenv("ORSGEN_TASK_ORDER", "difficulty")
     env = mod.Echo()
     assert env.reset(task_index=1) == "Echo the word grape"

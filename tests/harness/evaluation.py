@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from tests.harness import ROOT, processes
+from tests.harness import ROOT, processes, servers
 from tests.harness.chat_standin import Reply, first_user_text, tool_results
 
 

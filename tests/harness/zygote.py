@@ -57,6 +57,7 @@ def _command(argv: list[str], cwd: str, env: dict[str, str], out: str, err: str)
     os.dup2(os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644), 1)
     os.dup2(os.open(err, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644), 2)
     os.chdir(cwd)
+    _path(env.get("PYTHONPATH", ""))
     os.environ.clear()
     os.environ.update(env)
     signal.signal(signal.SIGINT, signal.default_int_handler)  # as processes.run starts its children
@@ -65,6 +66,24 @@ def _command(argv: list[str], cwd: str, env: dict[str, str], out: str, err: str)
     sys.argv = ["-m", *argv[1:]]
     runpy.run_module(argv[0], run_name="__main__", alter_sys=True)
     raise SystemExit(0)
+
+
+def _path(pythonpath: str) -> None:
+    """sys.path as `python -m` makes it with the command's PYTHONPATH: the current folder, those entries, then the
+    interpreter's own (the zygote's PYTHONPATH left out); a preloaded package one of those entries holds too is
+    dropped, so the entry's copy is the one imported (a test shadowing matplotlib with a package that fails)."""
+    own = [os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    given = [os.path.abspath(p) for p in pythonpath.split(os.pathsep) if p]
+    rest = [p for p in sys.path[1:] if os.path.abspath(p or ".") not in own]
+    sys.path[:] = [os.getcwd(), *given, *rest]
+    for entry in given:
+        try:
+            names = {n.split(".")[0] for n in os.listdir(entry) if n.isidentifier() or n.endswith(".py")}
+        except OSError:
+            continue
+        for name in [m for m in sys.modules if m.split(".")[0] in names and m.split(".")[0] not in
+                     ("orsgen", "tests")]:
+            del sys.modules[name]
 
 
 def main() -> None:

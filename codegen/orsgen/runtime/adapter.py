@@ -90,7 +90,7 @@ class Adapter:
                  secrets: Mapping[str, Any] | None = None, check_drift: bool | None = None,
                  settings: Mapping[str, Any] | None = None) -> None:
         given = {**(settings or {}), **({} if check_drift is None else {"check_drift": check_drift})}
-        self._run = Runner(self, url, split, api_key, secrets, given, base_call=Adapter._call)
+        self._run = Runner(self, url, split, api_key, secrets, given, own_calls=_own_calls)
         recorder.from_environment()  # ORSGEN_TRAJECTORIES: this process records (AsyncGRPOTrainer's worker, by hand)
         worker_metrics.from_environment()  # ORSGEN_EPISODE_METRICS: it counts its episodes for a trainer (the worker)
 
@@ -171,6 +171,11 @@ class Adapter:
             self._close()
         except BaseException:  # noqa: BLE001, S110 - interpreter exit: module globals may already be gone
             pass
+
+
+def _own_calls(cls: type) -> bool:
+    """A class with a `_call` of its own makes its calls itself: none of them is read ahead."""
+    return issubclass(cls, Adapter) and cls._call is not Adapter._call
 
 
 def _payload(arguments: dict[str, Any]) -> dict[str, Any]:

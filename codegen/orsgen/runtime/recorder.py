@@ -19,7 +19,7 @@ import time
 import weakref
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from orsgen.runtime import client, sinks
 from orsgen.runtime.jsonl import JsonlSink
@@ -30,6 +30,7 @@ from orsgen.runtime.trajectories import MAX_RESULT_CHARS, Trace, Traces
 log = logging.getLogger("orsgen")
 
 VARIABLE = "ORSGEN_TRAJECTORIES"  # a directory (or the JSON a `Recorder` writes): every process records there
+ADOPTED, ADOPTED_VALUES = "adopted", "adopted values"  # the process part's keys: a callback's recorder (weakly), what it set
 MAX_QUEUED = 1_000  # records waiting for the writer; more are dropped (and counted), never held
 
 
@@ -316,12 +317,29 @@ def _flush_at_exit(ref: weakref.ref[Recorder], close: bool = True) -> None:
 
 
 def adopt(recorder: Recorder) -> None:
-    """`recorder` is this process's (a `Trajectories` callback's): `from_environment` gives it from now on, and a
-    process this one starts (AsyncGRPOTrainer's rollout worker) records with its settings (ORSGEN_TRAJECTORIES)."""
-    made: dict[str, Recorder] = STATE.part("recorders", dict)
+    """`recorder` is this process's (a `Trajectories` callback's) for as long as it lives: `from_environment` gives it,
+    and a process this one starts (AsyncGRPOTrainer's rollout worker) records with its settings (ORSGEN_TRAJECTORIES).
+    Held weakly: its callback (its trainer) owns it, and once that is gone ORSGEN_TRAJECTORIES is as it was, so a later
+    trainer without the callback records nothing and no listener keeps that run's adapters alive."""
+    made: dict[str, Any] = STATE.part("recorders", dict)
+    value = recorder.variable()
     with STATE.lock:
-        made[VARIABLE] = recorder
-        os.environ[VARIABLE] = recorder.variable()
+        adopted: set[str] = made.setdefault(ADOPTED_VALUES, set())
+        previous = os.environ.get(VARIABLE)
+        made[ADOPTED] = weakref.ref(recorder)
+        adopted.add(value)
+        os.environ[VARIABLE] = value
+    weakref.finalize(recorder, _unadopted, value, None if previous in adopted else previous)
+
+
+def _unadopted(value: str, previous: str | None) -> None:
+    with STATE.lock:
+        if os.environ.get(VARIABLE) != value:  # set again since: not this recorder's to undo
+            return
+        if previous is None:
+            os.environ.pop(VARIABLE, None)
+        else:
+            os.environ[VARIABLE] = previous
 
 
 def asked() -> dict[str, Any] | None:
@@ -341,9 +359,12 @@ def asked() -> dict[str, Any] | None:
 def from_environment() -> Recorder | None:
     """The recorder `ORSGEN_TRAJECTORIES` asks for in this process (made once, by the first adapter or callback that
     needs it, and kept by process.STATE; None when it is unset)."""
-    made: dict[str, Recorder] = STATE.part("recorders", dict)
+    made: dict[str, Any] = STATE.part("recorders", dict)
+    adopted = made.get(ADOPTED)
+    if adopted is not None and (found := adopted()) is not None:
+        return cast(Recorder, found)
     if VARIABLE in made:
-        return made[VARIABLE]
+        return cast(Recorder, made[VARIABLE])
     given = asked()
     if given is None:
         return None
@@ -355,4 +376,4 @@ def from_environment() -> Recorder | None:
             except (ValueError, TypeError) as exc:
                 raise ValueError(f"{VARIABLE}={os.environ.get(VARIABLE)!r}: a directory to write trajectory records "
                                  f"to ({exc})") from None
-    return made[VARIABLE]
+    return cast(Recorder, made[VARIABLE])

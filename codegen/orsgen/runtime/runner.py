@@ -16,7 +16,7 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from orsgen.runtime import ahead, calls, client, messages, scoring, sessions, toolcall, trl
@@ -41,11 +41,12 @@ class Runner:
     """The episodes of one adapter (held weakly: the adapter holds its runner), of the class `cls` pinning `pinned`."""
 
     def __init__(self, adapter: Any, url: str | None, split: str | None, api_key: str | None,
-                 secrets: Mapping[str, Any] | None, given: Mapping[str, Any], base_call: Any) -> None:
+                 secrets: Mapping[str, Any] | None, given: Mapping[str, Any],
+                 own_calls: Callable[[type], bool]) -> None:
         """The runner of a new adapter (its constructor's arguments, refused here in one line), counted live."""
         self._adapter = weakref.ref(adapter)
         self._cls: type = type(adapter)
-        self._base_call = base_call  # the base class's `_call`: a class with its own makes its calls itself
+        self._own_calls = own_calls  # whether a class makes its calls itself (its own `_call`: adapter.py's to say)
         name = self.cls.__name__
         if split is not None:  # refused here, not as every episode going unscored
             self.pinned.refuse_split(split, f"{name}(split={split!r})")
@@ -296,7 +297,7 @@ class Runner:
         """What a later call of the turn sends, read without sending it: only a plain tool method of an orsgen module
         (not a subclass's own, not async) on an adapter whose episode has started in line."""
         func = getattr(call.method, "__func__", None)
-        if self.cls._call is not self._base_call or self.episode.opening is not None:  # type: ignore[attr-defined]
+        if self._own_calls(self.cls) or self.episode.opening is not None:
             return None
         defining = next((c for c in self.cls.__mro__ if any(v is func for v in vars(c).values())), None)
         if defining is None or defining.__module__ != self.pinned.module:

@@ -35,9 +35,7 @@ from typing import Any
 from orsgen.runtime import hooks, trl
 
 SCHEMA = "orsgen.trajectory/1"
-VARIABLE = "ORSGEN_TRAJECTORIES"  # a directory (or the JSON a `Recorder` writes): every process records there
 MAX_RESULT_CHARS = 20_000
-MAX_QUEUED = 1_000  # records waiting for the writer; more are dropped (and counted), never held
 SECRET = "[secret]"
 ENDPOINT_ERROR = "endpoint_error"  # the unscored reason of an episode the model's endpoint failed (orsgen eval)
 
