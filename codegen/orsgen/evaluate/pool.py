@@ -83,8 +83,8 @@ def open_files(concurrency: int) -> None:
 def frozen_heap() -> Iterator[None]:
     """What the process holds before the episodes (the SDK, openai, transformers and the torch it imports: some 600,000
     objects) kept out of the garbage collector's full collections while they run, then given back. Each of those walked
-    them all: a pause of about 0.2 s on the runtime's loop, which every request goes through (bench/eval_scale.py
-    measured 2.2 s of them in a 20 s run at --concurrency 128)."""
+    them all: a pause of 0.2-0.4 s on the runtime's loop, which every request goes through (0.03-0.05 s frozen;
+    measured in bench/eval_scale.py's runs at --concurrency 128)."""
     gc.collect()  # once, before any episode: nothing left to collect is kept for the run
     gc.freeze()
     try:
