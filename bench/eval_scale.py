@@ -16,7 +16,8 @@ at C = 512, to bound the run), 64 tasks x k rollouts:
 The sides alternate in order per level. Per side: the episode phase on the endpoint's clock (its first episode
 request's arrival to its last answer; the ideal is waves x 3 s, episodes / C x one episode's designed time), its
 ratio to the ideal, the client's CPU seconds in that phase per episode (its /proc/PID/stat sampled every 0.1 s, so
-imports and start-up are left out; the whole process's CPU is kept too), its peak RSS, open file descriptors and
+imports and start-up are left out; the whole process's CPU is kept too) and the two servers' in the same phase (what
+the side cost them: on 2 cores they compete with it), its peak RSS, open file descriptors and
 threads, what it raised (orsgen: records with an error, and its exit code; plain: exceptions) and the sessions the
 environment opened and closed. The goals (issue 47): orsgen's ratio within 1.1x the plain client's at every C, its CPU
 per episode within 2x. A miss is reported, never an error. Writes bench/eval_scale.json. The machine's load average
@@ -96,7 +97,7 @@ async def plain(url: str, endpoint: str, deployment: str, rollouts: int, concurr
     from openreward import AsyncOpenReward
 
     api = AsyncOpenReward(api_key="").environments
-    env = api.get(deployment, base_url=url)
+    env = api.get(deployment, variant=deployment, base_url=url)  # its path named: no redirect per request
     client = openai.AsyncOpenAI(base_url=endpoint, api_key="EMPTY", max_retries=0, timeout=300)
     tools = [{"type": "function", "function": {"name": "echo", "description": "Echo text back.", "parameters": {
         "type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}}}]
@@ -182,15 +183,17 @@ def get(url: str) -> Any:
 
 
 def side_run(side: str, argv: list[str], env: dict[str, str], endpoint_url: str, env_url: str, episodes: int,
-             concurrency: int, cwd: Path) -> dict[str, Any]:
+             concurrency: int, cwd: Path, servers: dict[str, int]) -> dict[str, Any]:
     get(f"{env_url}/_bench/reset")
     get(f"{endpoint_url}/_bench/log")
     began = time.monotonic()
     process = subprocess.Popen(argv, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     sampler = Sampler(process.pid)
+    serving = {name: Sampler(pid) for name, pid in servers.items()}  # what each side costs the servers, too
     out, err = process.communicate(timeout=3600)
     wall = time.monotonic() - began
-    sampler.stop()
+    for each in [sampler, *serving.values()]:
+        each.stop()
     time.sleep(1.0)  # the last closes may land just after the exit
     log = [entry for entry in get(f"{endpoint_url}/_bench/log") if entry[2]]
     counts = get(f"{env_url}/_bench/counts")
@@ -202,7 +205,9 @@ def side_run(side: str, argv: list[str], env: dict[str, str], endpoint_url: str,
                              "cpu_ms_per_episode": 1000 * phase_cpu / episodes, "peak_rss_mb": sampler.peak(2),
                              "peak_fds": sampler.peak(3), "peak_threads": sampler.peak(4),
                              "sessions_created": counts.get("POST /create", 0),
-                             "sessions_deleted": counts.get("POST /delete", 0), "env_requests": counts}
+                             "sessions_deleted": counts.get("POST /delete", 0), "env_requests": counts,
+                             **{f"{name}_cpu_ms_per_episode": 1000 * (each.cpu_at(end) - each.cpu_at(start)) / episodes
+                                for name, each in serving.items()}}
     if side == "plain":
         found.update(json.loads(out.strip().splitlines()[-1]))
     else:
@@ -225,7 +230,7 @@ def main() -> None:
     p.add_argument("--tool-ms", type=float, default=1000)
     p.add_argument("--sides", default="orsgen,plain")
     p.add_argument("--json", type=Path, default=HERE / "eval_scale.json")
-    p.add_argument("--profile", help="a command line put before orsgen eval's (py-spy record -o FILE --): its figures "
+    p.add_argument("--profile", help="a command line put before each side's (py-spy record -o FILE --): their figures "
                    "are then the profiler's")
     p.add_argument("--endpoint", type=int, help=argparse.SUPPRESS)
     p.add_argument("--plain", nargs=5, metavar=("URL", "ENDPOINT", "DEPLOYMENT", "K", "C"), help=argparse.SUPPRESS)
@@ -283,11 +288,12 @@ def main() -> None:
                             argv = [sys.executable, "-m", "orsgen", "eval", str(module), "--base-url", f"{chat_url}/v1",
                                     "--model", "scripted", "-n", str(TASKS), "-k", str(k), "--concurrency", str(c),
                                     "--out", "out", "--timeout", "600"]
-                            argv = [*(args.profile or "").split(), *argv]
                         else:
                             argv = [sys.executable, __file__, "--plain", env_url, f"{chat_url}/v1", deployment, str(k),
                                     str(c)]
-                        found = side_run(side, argv, child, chat_url, env_url, episodes, c, cwd)
+                        argv = [*(args.profile or "").split(), *argv]
+                        found = side_run(side, argv, child, chat_url, env_url, episodes, c, cwd,
+                                         {"env_server": server.process.pid, "endpoint": chat.pid})
                         found["ideal_s"] = episodes / c * episode_s
                         found["ratio"] = found["phase_s"] / found["ideal_s"]
                         found["run"] = run + 1
@@ -295,7 +301,9 @@ def main() -> None:
                         rows.append(found)
                         print(f"  C={c} {side}: {episodes} episodes, phase {found['phase_s']:.1f} s (ideal "
                               f"{found['ideal_s']:.1f}: {found['ratio']:.2f}x), CPU {found['cpu_ms_per_episode']:.1f} "
-                              f"ms/episode in the phase ({found['cpu_total_s']:.1f} s in all), wall "
+                              f"ms/episode in the phase ({found['cpu_total_s']:.1f} s in all; the servers' "
+                              f"{found['env_server_cpu_ms_per_episode']:.1f} + {found['endpoint_cpu_ms_per_episode']:.1f}"
+                              "), wall "
                               f"{found['wall_s']:.1f} s, RSS {found['peak_rss_mb']:.0f} MB, fds {found['peak_fds']:.0f},"
                               f" threads {found['peak_threads']:.0f}, raised {found['raised']}, exit {found['exit']}, "
                               f"sessions {found['sessions_created']} opened / {found['sessions_deleted']} closed, "

@@ -97,57 +97,58 @@ def measure(invocation: Invocation) -> int:
     print(f"orsgen eval: {part}, {len(todo)} to run{_again_said(rerun, ' ({n} of them again: {said})')}, at most "
           f"{limiter.cap} at once; writing to {folder} (orsgen eval --resume {folder} if stopped)", file=sys.stderr)
     status, failed_in_a_row, why = 0, 0, None
-    work_pool = pool.Pool(todo, lambda w: episode.run(w, model, kept, scoring[w.member], stop), limiter, stop)
-    requeued: dict[Any, int] = {}
-    rerun_done: Counter[str] = Counter()
-    try:
-        while work_pool.pending and not stop.is_set():
-            shown.running = limiter.running
-            shown.show()
-            ended = work_pool.next(timeout=0.25)
-            if ended is None:
-                continue
-            if isinstance(ended.error, episode.Busy) and requeued.get(ended.work.key, 0) < pool.BUSY_REQUEUES:
-                requeued[ended.work.key] = requeued.get(ended.work.key, 0) + 1  # the limiter heard its 429s
-                work_pool.again(ended.work)
-                continue
-            if ended.error is not None:
-                why = str(ended.error) if isinstance(ended.error, episode.Fatal | episode.Busy) else _bug(ended.error)
-                status = 2
-                break
-            if ended.result is None:
-                continue
-            unsaved = _save(recorder, ended.result)
-            if unsaved is not None:  # a full disk: stop, with what is saved and the resume line
-                why, status = f"cannot write {folder / RECORDS}: {unsaved}", 2
-                break
-            if ended.work.key in again:
-                rerun_done[again[ended.work.key]] += 1
-            shown.done += 1
-            if figures.counts(ended.result):
-                reward = ended.result["reward"]
-                shown.counted += 1
-                shown.passed += reward is not None and reward >= (1.0 if run.pass_threshold is None else
-                                                                  run.pass_threshold)
-            if ended.result.get("error"):
-                failed_in_a_row += 1
-            elif ended.result.get("unscored_reason") != "not_started":  # the model was asked, and answered
-                failed_in_a_row = 0
-            if failed_in_a_row >= ENDPOINT_ERRORS_IN_A_ROW:
-                why, status = (f"the endpoint failed {failed_in_a_row} episodes in a row; the last: "
-                               f"{ended.result['error']}"), 2
-                break
-    except KeyboardInterrupt:
-        status = 130
-    finally:
-        work_pool.finish(timeout=10.0 if status != 130 else 5.0)
-        model.close()
-        runtime.close_all()
-        kept.refusals.close()
-        recorder.close()
-        shown.end()
-        log.removeHandler(above)
-        log.propagate = True
+    with pool.frozen_heap():  # the process as it is now: out of the garbage collector's way
+        work_pool = pool.Pool(todo, lambda w: episode.run(w, model, kept, scoring[w.member], stop), limiter, stop)
+        requeued: dict[Any, int] = {}
+        rerun_done: Counter[str] = Counter()
+        try:
+            while work_pool.pending and not stop.is_set():
+                shown.running = limiter.running
+                shown.show()
+                ended = work_pool.next(timeout=0.25)
+                if ended is None:
+                    continue
+                if isinstance(ended.error, episode.Busy) and requeued.get(ended.work.key, 0) < pool.BUSY_REQUEUES:
+                    requeued[ended.work.key] = requeued.get(ended.work.key, 0) + 1  # the limiter heard its 429s
+                    work_pool.again(ended.work)
+                    continue
+                if ended.error is not None:
+                    why = str(ended.error) if isinstance(ended.error, episode.Fatal | episode.Busy) else _bug(ended.error)
+                    status = 2
+                    break
+                if ended.result is None:
+                    continue
+                unsaved = _save(recorder, ended.result)
+                if unsaved is not None:  # a full disk: stop, with what is saved and the resume line
+                    why, status = f"cannot write {folder / RECORDS}: {unsaved}", 2
+                    break
+                if ended.work.key in again:
+                    rerun_done[again[ended.work.key]] += 1
+                shown.done += 1
+                if figures.counts(ended.result):
+                    reward = ended.result["reward"]
+                    shown.counted += 1
+                    shown.passed += reward is not None and reward >= (1.0 if run.pass_threshold is None else
+                                                                      run.pass_threshold)
+                if ended.result.get("error"):
+                    failed_in_a_row += 1
+                elif ended.result.get("unscored_reason") != "not_started":  # the model was asked, and answered
+                    failed_in_a_row = 0
+                if failed_in_a_row >= ENDPOINT_ERRORS_IN_A_ROW:
+                    why, status = (f"the endpoint failed {failed_in_a_row} episodes in a row; the last: "
+                                   f"{ended.result['error']}"), 2
+                    break
+        except KeyboardInterrupt:
+            status = 130
+        finally:
+            work_pool.finish(timeout=10.0 if status != 130 else 5.0)
+            model.close()
+            runtime.close_all()
+            kept.refusals.close()
+            recorder.close()
+            shown.end()
+            log.removeHandler(above)
+            log.propagate = True
     records = records_of(folder)  # what was saved: never held in memory while the run goes (C records at most)
     try:
         finish(folder, run, url, [m.name for m in members], _tasks(plan), len(plan), records, invocation, members)

@@ -59,6 +59,7 @@ class Endpoint:
     _client: Any = field(default=None, repr=False)
     _loop: asyncio.AbstractEventLoop | None = field(default=None, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _asking: set[asyncio.Task[Any]] = field(default_factory=set, repr=False)  # requests in flight, on the loop
 
     @property
     def where(self) -> str:
@@ -73,14 +74,14 @@ class Endpoint:
         return [s for s in found if s]
 
     def close(self) -> None:
-        """Cancel the requests still running (their connections closed), then stop the loop."""
+        """Cancel the requests still running (their connections closed), then close the client."""
         with self._lock:
             loop, self._loop = self._loop, None
         if loop is None:
             return
 
         async def closing() -> None:
-            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            tasks = list(self._asking)
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
@@ -92,7 +93,6 @@ class Endpoint:
             asyncio.run_coroutine_threadsafe(closing(), loop).result(timeout=5)
         except Exception:  # noqa: BLE001, S110 - the loop's thread is a daemon: the process ends it
             pass
-        loop.call_soon_threadsafe(loop.stop)
 
     # -- before any episode --------------------------------------------------------------------------------------
 
@@ -184,10 +184,9 @@ class Endpoint:
         raise EndpointError(f"the endpoint at {self.where} answered 429 (busy) {BUSY_ATTEMPTS} times in a row")
 
     def _run(self, request: Callable[[Any], Coroutine[Any, Any, Any]]) -> Any:
-        """`request(client)` on the endpoint's loop, within `timeout` (TimeoutError after it, the request cancelled:
+        """`request(client)` on the runtime's loop, within `timeout` (TimeoutError after it, the request cancelled:
         the openai client's own timeout is per read, and a trickled answer never trips it)."""
-        future = asyncio.run_coroutine_threadsafe(asyncio.wait_for(self._first(request), self.timeout),
-                                                  self._running())
+        future = asyncio.run_coroutine_threadsafe(self._first(request), self._running())
         try:
             return future.result(timeout=self.timeout + 30)  # the loop cancels it at `timeout`: a backstop
         except TimeoutError:
@@ -200,13 +199,22 @@ class Endpoint:
 
             key = os.environ.get("OPENAI_API_KEY") or "EMPTY"  # local servers take any key; a hosted API says 401
             self._client = openai.AsyncOpenAI(base_url=self.url, api_key=key, max_retries=0, timeout=self.timeout)
-        return await request(self._client)
+        task = asyncio.current_task()
+        assert task is not None
+        self._asking.add(task)
+        try:
+            return await asyncio.wait_for(request(self._client), self.timeout)
+        finally:
+            self._asking.discard(task)
 
     def _running(self) -> asyncio.AbstractEventLoop:
+        """The runtime's event loop (one I/O thread for the environment and the endpoint, as a plain asyncio client
+        has: not a thread more to wake for each request)."""
+        from orsgen.runtime import client
+
         with self._lock:
             if self._loop is None:
-                self._loop = asyncio.new_event_loop()
-                threading.Thread(target=self._loop.run_forever, name="orsgen-endpoint", daemon=True).start()
+                self._loop = client.loop().loop
             return self._loop
 
     def _late(self) -> str:
