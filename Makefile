@@ -11,9 +11,8 @@ EXAMPLE_PORT := 8031
 FAST := not trainer and not install and not slow
 PYTEST := $(PY) -m pytest -q --durations=25
 # pytest-xdist: two workers for the tiers that mostly wait on servers and subprocesses (measured: the fast tier in
-# 210 s instead of 330 s, the same CPU time; tests/README.md). Each worker has its own servers and session fixtures;
-# a module marked xdist_group runs on one worker (a costly module fixture, such as a model served, is made once).
-WORKERS := -n 2 --dist loadgroup
+# 210 s instead of 330 s, the same CPU time; tests/README.md). Each worker has its own servers and session fixtures.
+WORKERS := -n 2
 # `$(TIMED) command`: the command, then one line with its wall time and the CPU time of it and its children.
 TIMED = TIMEFORMAT="== $@: %0R s wall, %0U s user + %0S s system CPU =="; time
 

@@ -18,8 +18,7 @@ from tests.harness import chat_standin, evaluation, generation
 from tests.harness.chat_standin import Reply, first_user_text, tool_results
 from tests.harness.generation import load
 
-# the tiny model trained, served by `transformers serve`: make test-slow, on one worker (its server is started once)
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("transformers-serve")]
+pytestmark = pytest.mark.slow  # the tiny model trained, served by `transformers serve`: make test-slow
 
 K = 2
 CHAT_ANSWERED = '"POST /v1/chat/completions HTTP/1.1" 200'  # uvicorn's access log line of an answered request
