@@ -184,7 +184,8 @@ def test_look_ahead_of_a_trainer_that_raised_is_closed_when_it_is_collected(slee
     del trainer
     gc.collect()
     settle()
-    assert server.open_sessions() == []
+    wait_until(lambda: server.open_sessions() == [], timeout=30,  # closes the collection started, on the server
+               waiting_for=lambda: f"the sessions left open closed: {server.open_sessions()}")
 
 
 @pytest.mark.trainer

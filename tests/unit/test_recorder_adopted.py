@@ -30,3 +30,21 @@ def test_a_value_set_by_hand_is_given_back(tmp_path, monkeypatch):
     del made
     gc.collect()
     assert recorders.os.environ[VARIABLE] == str(tmp_path / "by-hand")
+
+
+def test_a_callback_gone_retires_its_recorder_whose_writer_would_keep_it_listening(tmp_path, monkeypatch):
+    from orsgen.runtime.recording import Trajectories
+
+    from tests.harness.processes import wait_until
+
+    monkeypatch.delenv(VARIABLE, raising=False)
+    callback = Trajectories(tmp_path / "run")
+    made = callback.recorder
+    made.put({"episode": 1})  # its writer's thread starts: alive, it holds the recorder
+    assert made.flush() and from_environment() is made
+    del callback
+    gc.collect()
+    assert made.closed  # stopped listening at once
+    wait_until(lambda: not made._thread.is_alive(), timeout=10, waiting_for="the writer to end")
+    assert (tmp_path / "run" / "trajectories-rank0.jsonl").read_text().count("\n") == 1  # what was queued, written
+    assert from_environment() is None  # and no recorder made again from what the callback had set

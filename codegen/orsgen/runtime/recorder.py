@@ -287,6 +287,18 @@ class Recorder:
                 sink.close(timeout)
         self._say_lost()
 
+    def retire(self) -> None:
+        """Its owner is gone (a `Trajectories` callback, with its trainer): stop listening at once, and let the writer
+        end once it has written what is queued, without waiting for it (a finalizer's call: any thread, never
+        blocking). Alive, its writer's thread would keep it listening for ever, and a later run's episodes that never
+        end (a trainer that raised) would keep their adapters, and their sessions, open."""
+        if self.closed:
+            return
+        self.closed = True
+        self._traces.close()
+        if self._thread is not None and self._thread.is_alive():
+            threading.Thread(target=self._queue.put, args=(None,), daemon=True).start()  # a full queue: not here
+
     def _say_lost(self) -> None:
         """The run's end: how many records were not written (or reached no sink), in one line, when any was not."""
         if not self.dropped and not any(sink.unsent() for sink in self.sinks):
@@ -361,13 +373,13 @@ def from_environment() -> Recorder | None:
     needs it, and kept by process.STATE; None when it is unset)."""
     made: dict[str, Any] = STATE.part("recorders", dict)
     adopted = made.get(ADOPTED)
-    if adopted is not None and (found := adopted()) is not None:
+    if adopted is not None and (found := adopted()) is not None and not found.closed:
         return cast(Recorder, found)
     if VARIABLE in made:
         return cast(Recorder, made[VARIABLE])
     given = asked()
-    if given is None:
-        return None
+    if given is None or os.environ.get(VARIABLE) in made.get(ADOPTED_VALUES, ()):
+        return None  # (or what a callback of this process set, its recorder retired: no second one made from it)
     with STATE.lock:
         if VARIABLE not in made:
             directory = given.pop("directory")

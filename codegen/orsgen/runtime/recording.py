@@ -31,6 +31,8 @@ class Trajectories(Callback):
             self.recorder = found
         else:
             self.recorder = Recorder(directory, max_result_chars=max_result_chars, upload=upload, run=run)
+            # its trainer gone, its recorder stops listening (at exit the exit's steps write and close it instead)
+            weakref.finalize(self, self.recorder.retire).atexit = False
         adopt(self.recorder)  # this process's, and ORSGEN_TRAJECTORIES for the processes it starts
 
     @property

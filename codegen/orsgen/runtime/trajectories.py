@@ -188,8 +188,12 @@ class Traces:
             listen(event)
 
     def close(self) -> None:
+        """Stop listening, and let go of every trace (an open one holds its episode, and so its adapter)."""
         for event, listener in self._listeners:
             hooks.remove(event, listener)
+        with self._lock:
+            self._open.clear()
+            self._kept.clear()
 
     def _seen(self, event: str, record: Any) -> None:
         key = record.episode if record.episode is not None else record.adapter
