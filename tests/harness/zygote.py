@@ -14,6 +14,7 @@ null or N}` (a child is reaped only when polled, so its pid is never reused whil
 When stdin closes (the test session ended), the children still running are stopped.
 """
 
+import contextlib
 import json
 import os
 import runpy
@@ -57,33 +58,30 @@ def _command(argv: list[str], cwd: str, env: dict[str, str], out: str, err: str)
     os.dup2(os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644), 1)
     os.dup2(os.open(err, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644), 2)
     os.chdir(cwd)
-    _path(env.get("PYTHONPATH", ""))
+    anew = {"orsgen", "tests"} | _path(env.get("PYTHONPATH", ""))
     os.environ.clear()
     os.environ.update(env)
     signal.signal(signal.SIGINT, signal.default_int_handler)  # as processes.run starts its children
-    for name in [m for m in sys.modules if m.split(".")[0] in ("orsgen", "tests")]:
-        del sys.modules[name]  # imported anew, reading the command's environment
+    for name in [m for m in sys.modules if m.split(".")[0] in anew]:
+        del sys.modules[name]  # imported anew, reading the command's environment (and its PYTHONPATH)
     sys.argv = ["-m", *argv[1:]]
     runpy.run_module(argv[0], run_name="__main__", alter_sys=True)
     raise SystemExit(0)
 
 
-def _path(pythonpath: str) -> None:
+def _path(pythonpath: str) -> set[str]:
     """sys.path as `python -m` makes it with the command's PYTHONPATH: the current folder, those entries, then the
-    interpreter's own (the zygote's PYTHONPATH left out); a preloaded package one of those entries holds too is
-    dropped, so the entry's copy is the one imported (a test shadowing matplotlib with a package that fails)."""
+    interpreter's own (the zygote's PYTHONPATH left out). Returns the top-level names those entries hold: a preloaded
+    one is to be imported anew, from the entry (a test shadowing matplotlib with a package that fails)."""
     own = [os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     given = [os.path.abspath(p) for p in pythonpath.split(os.pathsep) if p]
     rest = [p for p in sys.path[1:] if os.path.abspath(p or ".") not in own]
     sys.path[:] = [os.getcwd(), *given, *rest]
+    held: set[str] = set()
     for entry in given:
-        try:
-            names = {n.split(".")[0] for n in os.listdir(entry) if n.isidentifier() or n.endswith(".py")}
-        except OSError:
-            continue
-        for name in [m for m in sys.modules if m.split(".")[0] in names and m.split(".")[0] not in
-                     ("orsgen", "tests")]:
-            del sys.modules[name]
+        with contextlib.suppress(OSError):
+            held |= {n.split(".")[0] for n in os.listdir(entry) if n.isidentifier() or n.endswith(".py")}
+    return held
 
 
 def main() -> None:
