@@ -96,6 +96,7 @@ def test_dataset(echo_server, generate):
     mod.close_all()
 
 
+@pytest.mark.slow
 def test_catalog_target_uses_session_url_and_never_stores_the_key(echo_server, tmp_path):
     out = tmp_path / "catalog.py"
     env = {"OPENREWARD_SESSION_URL": echo_server.url, "OPENREWARD_API_KEY": "sk-secret-test-key-123"}
@@ -146,6 +147,7 @@ def test_import_and_construction_send_no_request(echo_server, generate, monkeypa
     assert all(a._env is None and episode_of(a).session is None for a in adapters)  # nothing was opened, nothing is pending
 
 
+@pytest.mark.slow
 def test_training_imports_the_runtime_and_never_the_generator(echo_server, generate):
     mod = generate(echo_server.url)
     generator = ["jinja2", "black", "datamodel_code_generator", "orsgen.cli", "orsgen.model", "orsgen.render",

@@ -151,6 +151,7 @@ mod.close_all()
 """
 
 
+@pytest.mark.slow
 def test_a_call_that_is_not_the_one_started_ahead_is_a_warning_and_turns_the_feature_off(tally):
     server, mod = tally
     script = MISMATCH.format(paths=sys.path, path=str(mod.__file__), url=server.url)
@@ -227,6 +228,7 @@ raise RuntimeError("the trainer crashed")
 """
 
 
+@pytest.mark.slow
 def test_a_process_that_dies_with_a_call_started_ahead_leaves_nothing_running_or_open(tally):
     server, mod = tally
     run = processes.run([sys.executable, "-c", EXITS.format(paths=sys.path, path=str(mod.__file__), url=server.url)],

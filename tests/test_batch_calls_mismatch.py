@@ -49,6 +49,7 @@ def tally(tmp_path_factory):
         yield found
 
 
+@pytest.mark.slow
 def test_a_call_already_sent_at_a_mismatch_is_taken_by_trls_call_not_sent_again(tally):
     server, mod = tally
     script = SCRIPT.format(paths=sys.path, path=str(mod.__file__), url=server.url)

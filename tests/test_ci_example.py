@@ -126,6 +126,7 @@ def stopped(folder: Path, timeout: float = 60.0) -> bool:
     return False
 
 
+@pytest.mark.slow
 def test_up_to_date_is_0(project, tmp_path):
     folder, port = copy(project, tmp_path)
     code, output = run_job(folder, tmp_path, ORSGEN_PORT=port)
@@ -136,6 +137,7 @@ def test_up_to_date_is_0(project, tmp_path):
     assert ended, "the last step stops the server"
 
 
+@pytest.mark.slow
 def test_a_changed_environment_is_stale_1(project, tmp_path):
     folder, port = copy(project, tmp_path)
     (folder / "myenv.py").write_text(MYENV + SHOUT)
@@ -147,6 +149,7 @@ def test_a_changed_environment_is_stale_1(project, tmp_path):
     assert ended
 
 
+@pytest.mark.slow
 def test_a_server_that_does_not_answer_is_2(project, tmp_path):
     folder, port = copy(project, tmp_path)
     elsewhere = str(serve.free_port())  # served there; the module's target names `port`, where nothing listens

@@ -90,6 +90,7 @@ def test_honest_environments_pass(spec, warned):
                               "reward probes", "lifecycle", "latency and size"]
 
 
+@pytest.mark.slow
 def test_the_example_served_by_the_doctor_itself_passes_every_check(tmp_path):
     """`orsgen doctor examples.echo:Echo` as a user runs it: served on 127.0.0.1 for the check, one line per check,
     every one passed, and the server itself counts no session open at the end."""

@@ -9,6 +9,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from tests.harness import ROOT
 from tests.harness.generation import served
 
@@ -32,6 +34,7 @@ mod.close_all()
 """
 
 
+@pytest.mark.slow
 def test_the_first_episode_of_a_process_is_timed_from_its_start_not_the_processs(tmp_path):
     with served("tests.envs.late:Unhurried", tmp_path, "unhurried", env={"UNHURRIED_START": "1.5"}) as (server, mod):
         script = SCRIPT.format(codegen=str(ROOT / "codegen"), root=str(ROOT), module=str(mod.__file__))

@@ -104,6 +104,7 @@ def test_tool_failures_are_errors_for_trl(studio):
     env._close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("pillow", [True, False])
 def test_images_reach_the_model_as_content_parts(studio, pillow):
     _, _, path = studio

@@ -147,6 +147,7 @@ def test_a_module_checked_from_another_folder_than_it_was_written_from_is_not_ca
 # c. --check --diff into a pipe its reader closed ------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_check_diff_into_a_closed_pipe_exits_with_the_checks_code_quietly(tmp_path):
     """Was: a BrokenPipeError traceback (and exit 2, "could not") after `orsgen --check --diff | head`."""
     module, fresh = tmp_path / "echo.py", tmp_path / "fresh.py"
@@ -287,6 +288,7 @@ def mypy(folder: Path, *paths: str) -> subprocess.CompletedProcess:
                          capture_output=True, text=True)
 
 
+@pytest.mark.slow
 def test_a_folder_orsgen_creates_is_a_package_mypy_checks_beside_user_code(echo_server, tmp_path):
     root = project(tmp_path / "proj")
     (root / "train.py").write_text("from gen.echo import Echo\n\nprint(Echo().echo(text='apple'))\n")

@@ -254,6 +254,7 @@ ENDINGS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("ending", list(ENDINGS))
 @pytest.mark.parametrize("loader", list(LOADERS))
 def test_a_process_ending_without_close_all_leaves_no_session_open(flaky, loader, ending):
@@ -322,6 +323,7 @@ m.close_all()
 """
 
 
+@pytest.mark.slow
 def test_tool_timeout_is_read_from_the_environment(faulty):
     _, _, path = faulty
     script = TOOL_TIMEOUT_SCRIPT.format(folder=str(path.parent), stem=path.stem)

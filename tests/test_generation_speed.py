@@ -49,6 +49,7 @@ def test_fast_path_is_black(path, monkeypatch):
         assert fast == black.format_str(text, mode=render.MODE)
 
 
+@pytest.mark.slow
 def test_fast_path_is_black_for_the_100_tool_benchmark(monkeypatch):
     texts = module_texts(wide_tools(), "wide", monkeypatch)
     for text, snap, fast in texts:
@@ -75,6 +76,7 @@ VALUES = st.recursive(SCALARS, lambda inner: st.one_of(st.lists(inner, max_size=
                       max_leaves=40)
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None, database=None, suppress_health_check=list(HealthCheck))
 @given(st.dictionaries(TEXTS, VALUES, max_size=5))
 def test_snapshot_literal_is_blacks(value):

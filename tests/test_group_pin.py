@@ -4,6 +4,8 @@ environment that scores groups, so other modules are byte for byte what they wer
 import json
 import shutil
 
+import pytest
+
 from tests.harness import servers
 from tests.harness.generation import load, orsgen
 
@@ -37,6 +39,7 @@ def test_report_says_the_environment_scores_groups():
     assert "group scoring: group_reward posts each GRPO group to score_group" in report.stdout
 
 
+@pytest.mark.slow
 def test_a_live_server_without_group_scoring_pins_nothing_of_it(tmp_path):
     with servers.running("tests.envs.judged:Unjudged") as server:
         out = tmp_path / "unjudged.py"

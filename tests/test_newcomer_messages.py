@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.harness import ROOT, processes, servers
 from tests.harness.generation import in_process, orsgen
 
@@ -52,6 +54,7 @@ def test_eval_names_the_module_a_typo_meant(tmp_path):
                               "generated module, a bundle, or a [tool.orsgen] target name)\n")
 
 
+@pytest.mark.slow
 def test_eval_pointed_at_an_ors_server_says_so(echo_server, tmp_path):
     """The README served the environment and pointed --base-url at the same port: a bare "404 for model"."""
     module = tmp_path / "echo.py"
@@ -107,6 +110,7 @@ def test_no_clone_needed_for_the_tiny_model():
     assert shown.returncode == 0 and "-o DIR" in shown.stdout, shown.stderr
 
 
+@pytest.mark.slow
 def test_the_tiny_model_without_its_environment_served_is_one_line(tmp_path):
     server = servers.start("examples.echo:Echo")
     try:

@@ -88,6 +88,7 @@ def test_the_docs_show_the_tested_configs():
         assert f"```yaml\n{config.read_text()}```" in (ROOT / page).read_text(), f"{page} does not show {config.name}"
 
 
+@pytest.mark.slow
 def test_local_config(tmp_path):
     """`repo: local`, `language: system`: the orsgen on PATH, here this venv's (as a user's activated venv)."""
     env = environment(tmp_path)

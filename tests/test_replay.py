@@ -84,6 +84,7 @@ def test_against_the_same_environment_every_episode_is_equal(recorded, tmp_path)
         assert mine[-2:] == ["POST /delete", "POST /delete_session"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("change", ["output", "reward"])
 def test_against_a_changed_environment_every_affected_episode_is_reported(recorded, tmp_path, change):
     """REVISED=output: a right answer now says "correct"; REVISED=reward: a wrong answer now pays 0.25. The episodes
@@ -112,6 +113,7 @@ def test_against_a_changed_environment_every_affected_episode_is_reported(record
                                                             else 0.25 for r in started)
 
 
+@pytest.mark.slow
 def test_as_a_user_runs_it_against_a_module_and_a_served_class(recorded, tmp_path):
     """The command's own lines and exit codes: the generated module as TARGET (its server must be up), then
     MODULE:CLASS, which replay serves on 127.0.0.1 itself."""

@@ -133,6 +133,7 @@ def test_call_with_required_arguments_only(module, adapter, tool):
     assert echo == server_view(tool, required)  # unset optional arguments were not sent: the server's defaults apply
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("tool", TOOLS)
 def test_call_with_all_arguments(module, adapter, tool):
     required, optional = ARGS[tool]

@@ -188,6 +188,7 @@ def test_async_tools_overlap(faulty, tmp_path):
     mod.close_all()
 
 
+@pytest.mark.slow
 def test_secrets_never_reach_files_logs_or_errors(faulty, tmp_path):
     server, _, _ = faulty
     key, token = "sk-orsgen-test-key-4711", "tok-very-secret-0815"

@@ -122,6 +122,7 @@ def health(url: str) -> dict:
         return dict(json.loads(r.read()))
 
 
+@pytest.mark.slow
 def test_serves_a_users_module_from_its_folder_in_a_training_install_until_sigterm(tmp_path):
     folder = user_folder(tmp_path)
     server = processes.popen(command("serve", "myenv:MyEnv", "--port", "0", training=True), cwd=folder,
@@ -156,6 +157,7 @@ def test_serves_a_users_module_from_its_folder_in_a_training_install_until_sigte
         urllib.request.urlopen(f"{url}/health", timeout=5)
 
 
+@pytest.mark.slow
 def test_ctrl_c_stops_it_without_a_traceback(tmp_path):
     folder = user_folder(tmp_path)
     server = processes.popen([sys.executable, "-m", "orsgen", "serve", "myenv:MyEnv", "--port", "0"], cwd=folder,

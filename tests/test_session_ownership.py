@@ -50,6 +50,7 @@ ENDINGS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("ending", list(ENDINGS))
 def test_a_reset_interrupted_while_its_session_starts_leaves_nothing_open(sleepy, ending):
     """SIGINT reaches the process while the server runs the session's 2 s setup: the session the interrupted

@@ -86,6 +86,7 @@ print(recorder.written, recorder.dropped)
 """
 
 
+@pytest.mark.slow
 def test_a_full_disk_warns_once_counts_what_it_dropped_and_training_goes_on(echo_path, tmp_path):
     directory = tmp_path / "traj"
     script = SCRIPT.format(codegen=str(ROOT / "codegen"), root=str(ROOT), module=str(echo_path),
@@ -100,6 +101,7 @@ def test_a_full_disk_warns_once_counts_what_it_dropped_and_training_goes_on(echo
     assert len(lines) == written and all(json.loads(line)["reward"] is not None for line in lines)
 
 
+@pytest.mark.slow
 def test_the_variable_alone_records_a_process_that_exits_without_cleanup(echo_path, tmp_path):
     """`ORSGEN_TRAJECTORIES=DIR` and nothing in the code: what a spawned rollout worker inherits from a
     `Trajectories` in its parent. The process never closes anything; its exit writes what was queued."""

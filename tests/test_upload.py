@@ -181,6 +181,7 @@ for n in range(1, 6):
 """
 
 
+@pytest.mark.slow
 def test_at_exit_what_is_queued_is_sent_and_a_later_close_does_not_wait():
     """The SDK's own exit hook stops its loop (a start sent after it would wait for ever): the uploader's hook runs
     before it, and a close() after both returns at once."""
@@ -269,6 +270,7 @@ def test_a_failing_server_never_blocks_put_or_close_and_is_said_once(mode, timeo
     assert CANARY not in stdout + stderr
 
 
+@pytest.mark.slow
 def test_the_api_key_goes_in_its_header_and_nowhere_else():
     result, stdout, stderr = run("ok", 30.0)
     assert (result["sent"], result["dropped"], result["failed"]) == (100, 0, 0)

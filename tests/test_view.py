@@ -460,6 +460,7 @@ def test_two_runs_side_by_side(graded, tmp_path, browser, shots):
 # -- a big run -----------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_ten_thousand_episodes_build_and_stay_usable(tmp_path, browser, shots, capsys):
     records = pages.eval_folder(tmp_path / "big", 10_000)
     started = time.perf_counter()
@@ -535,6 +536,7 @@ def test_images_are_shown_as_the_record_holds_them(tmp_path, browser):
 
 
 
+@pytest.mark.slow
 def test_a_reward_that_is_not_a_number_is_shown_as_such(tmp_path, browser):
     """A reward function's NaN (JSON has no such number: Python writes it, JSON.parse refuses it): the page still
     opens, the episode says NaN, and the step's mean leaves it out."""

@@ -54,6 +54,7 @@ def test_the_platform_session_server_is_the_sdks(monkeypatch, settings):
     assert wire.platform_sessions() == OpenReward(api_key="k").session_base_url.rstrip("/")
 
 
+@pytest.mark.slow
 def test_a_catalog_target_is_generated_without_the_sdk_and_runs(quest, tmp_path):
     """The platform stands in as the local server (OPENREWARD_SESSION_URL): env-level requests carry throwaway
     session ids, as the SDK sends them to the platform, and the module pins no URL and, without --env, no path

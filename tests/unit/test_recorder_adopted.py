@@ -48,3 +48,32 @@ def test_a_callback_gone_retires_its_recorder_whose_writer_would_keep_it_listeni
     wait_until(lambda: not made._thread.is_alive(), timeout=10, waiting_for="the writer to end")
     assert (tmp_path / "run" / "trajectories-rank0.jsonl").read_text().count("\n") == 1  # what was queued, written
     assert from_environment() is None  # and no recorder made again from what the callback had set
+
+
+def test_an_attached_recorder_writes_its_trainers_episodes_not_another_trainers(tmp_path, monkeypatch):
+    """A trainer that raised keeps its episodes; a later trainer's `close_all()` ends them: they are not the later
+    run's rollouts. Of the episodes placed in a trainer's batch, a recorder attached to a trainer takes only its own;
+    an episode outside any trainer's batch (an adapter used by hand) it takes as before."""
+    import types
+
+    class Trainer:  # weakly referenced, as a GRPOTrainer
+        pass
+
+    mine, earlier = Trainer(), Trainer()
+
+    def batch_of(trainer):
+        return types.SimpleNamespace(trainer=trainer, placed_trainer=lambda: trainer)
+
+    runners = {"mine": types.SimpleNamespace(batch=batch_of(mine), secrets=list),
+               "earlier": types.SimpleNamespace(batch=batch_of(earlier), secrets=list),
+               "by hand": types.SimpleNamespace(batch=None, secrets=list),
+               "no trainer": types.SimpleNamespace(batch=batch_of(None), secrets=list)}
+    monkeypatch.setattr(recorders, "runner_of", runners.get)
+    made = Recorder(tmp_path / "run")
+    taken = []
+    monkeypatch.setattr(made, "_put", taken.append)
+    made.attach(run="r", step=lambda: 3, rank=lambda: 0, run_info={}, trainer=mine)
+    for adapter in runners:
+        made._seen(types.SimpleNamespace(end=types.SimpleNamespace(adapter=adapter)))
+    assert [item[0].end.adapter for item in taken] == ["mine", "by hand", "no trainer"]
+    made.close()

@@ -54,6 +54,7 @@ class Recorder:
         self._fixed, self.quiet = path, quiet
         self._rank: Callable[[], int] = _env_rank
         self._step: Callable[[], int | None] = lambda: None
+        self._trainer: weakref.ref[Any] | None = None  # attached: the trainer whose episodes are its run's
         self.run_info: dict[str, Any] = {}
         self._lock = threading.Lock()
         self._queue: queue.Queue[Any] = queue.Queue(max_queued)
@@ -96,10 +97,19 @@ class Recorder:
         return next((getattr(s, "uploader", None) for s in self.sinks if hasattr(s, "uploader")), None)
 
     def attach(self, *, run: str | None, step: Callable[[], int | None], rank: Callable[[], int],
-               run_info: dict[str, Any]) -> None:
-        """A trainer's run name, step, rank and (for the upload) RunInfo fields."""
+               run_info: dict[str, Any], trainer: Any = None) -> None:
+        """A trainer's run name, step, rank and (for the upload) RunInfo fields; from then on, of the episodes placed
+        in a trainer's batch, only `trainer`'s are its run's."""
         self.run = self.run or run
         self._step, self._rank, self.run_info = step, rank, run_info
+        self._trainer = None if trainer is None else weakref.ref(trainer)
+
+    def _foreign(self, adapter: Any) -> bool:
+        """An episode of another trainer's batch: a trainer that raised earlier in this process keeps its episodes,
+        which end at a later `close_all()`, and are not this run's rollouts (they would be written as this run's)."""
+        runner = runner_of(adapter) if self._trainer is not None else None
+        batch = None if runner is None else runner.batch
+        return batch is not None and batch.trainer is not None and batch.placed_trainer() is not self._trainer()
 
     # -- the episodes (the thread that did the work: quick) ------------------------------------------------------
 
@@ -107,6 +117,8 @@ class Recorder:
         if self.closed:
             return
         assert trace.end is not None
+        if self._foreign(trace.end.adapter):
+            return
         runner = runner_of(trace.end.adapter)
         self._put((trace, self._step(), [] if runner is None else runner.secrets()))
 

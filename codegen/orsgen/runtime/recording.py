@@ -50,7 +50,8 @@ class Trajectories(Callback):
             found = ref()
             return int(found.accelerator.process_index) if found is not None else 0
 
-        self.recorder.attach(run=_run_name(trainer), step=step, rank=rank, run_info=_run_info(trainer))
+        self.recorder.attach(run=_run_name(trainer), step=step, rank=rank, run_info=_run_info(trainer),
+                             trainer=trainer)
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         trainer = self.trainer()  # a callback added after the trainer was built (trainer.add_callback)
