@@ -107,7 +107,9 @@ class Recorder:
     def _foreign(self, adapter: Any) -> bool:
         """An episode of another trainer's batch: a trainer that raised earlier in this process keeps its episodes,
         which end at a later `close_all()`, and are not this run's rollouts (they would be written as this run's)."""
-        runner = runner_of(adapter) if self._trainer is not None else None
+        if self._trainer is None:
+            return False
+        runner = runner_of(adapter)
         batch = None if runner is None else runner.batch
         return batch is not None and batch.trainer is not None and batch.placed_trainer() is not self._trainer()
 
