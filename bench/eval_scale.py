@@ -209,7 +209,8 @@ def side_run(side: str, argv: list[str], env: dict[str, str], endpoint_url: str,
                              **{f"{name}_cpu_ms_per_episode": 1000 * (each.cpu_at(end) - each.cpu_at(start)) / episodes
                                 for name, each in serving.items()}}
     if side == "plain":
-        found.update(json.loads(out.strip().splitlines()[-1]))
+        # its last JSON line (a profiler put before it, --profile, may print after it)
+        found.update(json.loads(next(line for line in reversed(out.splitlines()) if line.startswith("{"))))
     else:
         records = [json.loads(line) for line in (cwd / "out" / "trajectories.jsonl").read_text().splitlines()]
         found["raised"] = sum(1 for r in records if r.get("error") or r.get("start_error"))
@@ -230,8 +231,8 @@ def main() -> None:
     p.add_argument("--tool-ms", type=float, default=1000)
     p.add_argument("--sides", default="orsgen,plain")
     p.add_argument("--json", type=Path, default=HERE / "eval_scale.json")
-    p.add_argument("--profile", help="a command line put before each side's (py-spy record -o FILE --): their figures "
-                   "are then the profiler's")
+    p.add_argument("--profile", help="a command line put before each side's (py-spy record --gil -f raw -o FILE --, "
+                   "py-spy by its path, one side per run: both write FILE): their figures are then the profiler's")
     p.add_argument("--endpoint", type=int, help=argparse.SUPPRESS)
     p.add_argument("--plain", nargs=5, metavar=("URL", "ENDPOINT", "DEPLOYMENT", "K", "C"), help=argparse.SUPPRESS)
     args = p.parse_args()
