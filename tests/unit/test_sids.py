@@ -94,3 +94,35 @@ def test_an_id_the_server_never_gave_is_not_given_back(loop):
         future.result(timeout=5)  # no error: nothing to give back
     assert server.given_back == []
 
+
+
+class FakeSession:
+    """The SDK session's hooks a start under an id asked for ahead uses (client.start_with)."""
+
+    base_url, api_key, deployment = "http://127.0.0.1:1", "key", "owner/env"
+
+    def __init__(self) -> None:
+        self.sid: str | None = None
+        self.done: list[tuple] = []
+
+    async def _post_create(self) -> None:
+        self.done.append(("create", self.sid))
+
+    async def _run_ping(self, **kwargs: object) -> None:
+        self.done.append(("ping", kwargs))
+
+
+def test_a_start_under_an_id_is_the_rest_of_the_sdks_start_its_create_then_its_keep_alive():
+    from orsgen.runtime import client
+
+    async def run() -> FakeSession:
+        session = FakeSession()
+        assert await client.start_with(session, "sid-9") is session
+        await session._ping_task
+        return session
+
+    session = asyncio.run(run())
+    assert session.sid == "sid-9"
+    assert session.done == [("create", "sid-9"), ("ping", {"url": "http://127.0.0.1:1/ping", "sid": "sid-9",
+                                                          "api_key": "key", "sleep_time": 10,
+                                                          "deployment": "owner/env"})]  # the SDK's __aenter__'s
