@@ -3,6 +3,7 @@ runner answers) and of their task orders: the slots' tasks, sessions opened ahea
 at the first reset, closing once the batch's rewards are read."""
 
 import asyncio
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -173,6 +174,12 @@ def test_once_the_rewards_are_read_the_next_batchs_session_ids_are_asked_for_one
     members[5].config = resolve(None, {"open_ahead": False})  # opens nothing ahead: asks for nothing
     batch.rewards_read(batch.facts.adapters)
     assert mine.wanted == [3] and other.wanted == [1]  # asked once per pool, for the batch's count
+    last, members = made()
+    last.facts = dataclasses.replace(last.facts, more=False)  # no round follows: the run's last step
+    for member in members:
+        member.pool = mine
+    last.rewards_read(last.facts.adapters)
+    assert mine.wanted == [3]  # nothing asked for a batch that never comes
 
 
 def test_a_reset_is_placed_in_the_batch_of_its_environments_list_and_tag():

@@ -183,7 +183,9 @@ class Batch:
 
     def ask_sids(self, environments: list[Any]) -> None:
         """The next batch's session ids, asked for while the trainer trains on this one: one per rollout that opens
-        ahead (its starts then send two requests in a row, not three)."""
+        ahead (its starts then send two requests in a row, not three); none after a stream's last round."""
+        if not self.facts.more:
+            return
         wanted: dict[Sids, int] = {}
         for env in environments:
             member = self._members(env)
