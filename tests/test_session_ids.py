@@ -7,8 +7,7 @@ test_open_ahead.py's."""
 import pytest
 from orsgen.runtime.runner import runner_of
 
-from tests.harness import servers
-from tests.harness.generation import in_process, load
+from tests.harness.generation import served
 
 SECRETS = {"OPENAI_API_KEY": "sk-not-a-real-key"}  # a well-known name: the SDK sends it in X-Secrets
 ASIDE = ("x-session-id", "content-length")  # what differs between two sessions' requests by nature
@@ -16,10 +15,8 @@ ASIDE = ("x-session-id", "content-length")  # what differs between two sessions'
 
 @pytest.fixture(scope="module")
 def echo(tmp_path_factory):
-    with servers.running("tests.envs.slow_echo:SlowEcho", env={"ORSGEN_COUNT_REQUESTS": "1"}) as server:
-        out = tmp_path_factory.mktemp("ids") / "slow_echo.py"
-        assert in_process(server.url, "-o", str(out)).returncode == 0
-        yield server, load(out)
+    with served("tests.envs.slow_echo:SlowEcho", tmp_path_factory.mktemp("ids"), "slow_echo") as found:
+        yield found
 
 
 def by_session(server, since: int) -> dict[str, list[tuple[str, dict[str, str]]]]:
@@ -27,8 +24,8 @@ def by_session(server, since: int) -> dict[str, list[tuple[str, dict[str, str]]]
     found: dict[str, list[tuple[str, dict[str, str]]]] = {}
     log, headers = server.log()[since:], server.headers()[since:]  # one entry each per request, in the same order
     for entry, sent in zip(log, headers[:len(log)], strict=True):
-        headers = {k: v for k, v in sent["headers"].items() if k not in ASIDE}
-        found.setdefault(entry["session"], []).append((entry["request"], headers))
+        kept = {k: v for k, v in sent["headers"].items() if k not in ASIDE}
+        found.setdefault(entry["session"], []).append((entry["request"], kept))
     return found
 
 
@@ -61,6 +58,6 @@ def test_an_id_nobody_took_is_given_back_with_the_sdks_delete_session(echo):
     unused = [made for made in sessions.values() if made[0][0] == "POST /create_session"
               and not any(request == "POST /create" for request, _ in made)]
     assert [[r for r, _ in made] for made in unused] == [["POST /create_session", "POST /delete_session"]] * 2
-    closed = next(made for made in sessions.values() if ("POST /delete", made[0][1]) in made)  # the episode's
+    closed = next(made for made in sessions.values() if made[0][0] == "POST /delete")  # the episode's, at close_all
     assert unused[0][1][1] == closed[-1][1]  # the same /delete_session as a session's own
     assert server.open_sessions() == []

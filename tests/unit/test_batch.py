@@ -166,7 +166,7 @@ class Pool:
         self.wanted.append(count)
 
 
-def test_once_the_rewards_are_read_the_next_batchs_session_ids_are_asked_for_one_per_rollout_opening_ahead():
+def test_at_the_rewards_read_the_next_batchs_ids_are_asked_one_per_rollout_opening_ahead_none_after_the_last():
     batch, members = made(size=6, foreign=(1,))
     mine, other = Pool(), Pool()  # two connections (or environments): each its own ids
     for member, pool in zip([m for m in members if m], [mine, mine, other, mine, mine]):
