@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-FRESH_S = 60.0  # half the SDK server's 120 s keep-alive window
+FRESH_S = 60.0  # half the 120 s the SDK server keeps a session without a ping
 
 Ask = Callable[[], Coroutine[Any, Any, str]]  # one `POST /create_session`: its id
 Give = Callable[[str], Coroutine[Any, Any, None]]  # one `POST /delete_session` of an id never used
