@@ -200,3 +200,32 @@ def test_sessions_opened_ahead_are_closed_when_training_crashes_and_the_process_
         assert len(opened) == 8 and len({c["body"]["index"] for c in opened}) == 2  # the first and seven ahead
     left = set(server.open_sessions())  # no polling: the process is gone, what it did not close stays open
     assert {c["session"] for c in opened} & left == set()
+
+
+def test_after_the_first_step_a_start_sends_two_requests_in_a_row_its_session_id_asked_for_ahead(slow, tmp_path):
+    """Once TRL has read a step's rewards, the batch asks for the next step's 8 session ids (`POST /create_session`
+    makes no state on the server), so each later start is `/create` then the prompt: every id of steps 2 and 3 was
+    handed out before its step's first `/create`. Each id opens one session, its `/create_session` first; none is
+    used twice; after the last step none is asked for."""
+    server, mod = slow
+    since = len(server.log())
+    train(mod, tmp_path, steps=3)
+    mod.close_all()
+    log = server.log()[since:]
+    requests: dict[str, list[str]] = {}
+    for entry in log:
+        requests.setdefault(entry["session"], []).append(entry["request"])
+    handed = {e["session"]: e["arrived"] for e in log if e["request"] == "POST /create_session"}
+    creates = [e for e in log if e["request"] == "POST /create"]
+    assert len(creates) == 24 and len({e["session"] for e in creates}) == 24  # 3 steps x 8: no id used twice
+    for create in creates:
+        assert requests[create["session"]][:2] == ["POST /create_session", "POST /create"], requests[create["session"]]
+        assert requests[create["session"]].count("POST /create_session") == 1
+    for step in (1, 2):
+        batch = creates[step * 8:(step + 1) * 8]
+        assert all(handed[c["session"]] < batch[0]["arrived"] for c in batch), step  # asked for while it trained
+    unused = [sid for sid, made in requests.items() if made[0] == "POST /create_session" and "POST /create" not in made
+              and "POST /delete_session" not in made[1:]]  # (the drift check's id reads the tools, then is deleted)
+    given_back = [sid for sid, made in requests.items() if made == ["POST /create_session", "POST /delete_session"]]
+    assert unused == [] and given_back == []
+    assert server.open_sessions() == []

@@ -7,6 +7,7 @@ import atexit
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -25,8 +26,8 @@ __all__ = ["HOST", "Counting", "Served", "free_port", "running", "settle", "star
 class Counting:
     """ASGI wrapper counting requests by "METHOD /path" and tracking open sessions (a 200 on /create opens one,
     /delete closes it). `GET /_requests` returns the counts and resets them; `GET /_sessions` the open ones;
-    `GET /_log` every request so far with its session and times ("arrived", "answered": its answer began, "done":
-    its answer ended), `GET /_headers` with its headers; `GET /_creates` every `POST /create` so far, in the order they arrived: {"session": X-Session-ID, "body": the
+    `GET /_log` every request so far with its session (a `POST /create_session`'s: the id it handed out) and times
+    ("arrived", "answered": its answer began, "done": its answer ended), `GET /_headers` with its headers; `GET /_creates` every `POST /create` so far, in the order they arrived: {"session": X-Session-ID, "body": the
     JSON body (it holds "split" and "index"), "status": the response status, "arrived"/"answered": the server's
     monotonic clock when the request came in and when its answer started}."""
 
@@ -96,6 +97,9 @@ class Counting:
                         self.open.add(sid)
                     elif key == "POST /delete":
                         self.open.discard(sid)
+            if message["type"] == "http.response.body" and key == "POST /create_session" and not logged["session"]:
+                handed = re.search(rb"event: task_id\r?\ndata: ([^\r\n]+)", message.get("body", b""))
+                logged["session"] = handed.group(1).decode() if handed else ""
             if message["type"] == "http.response.body" and not message.get("more_body", False):
                 logged["done"] = time.monotonic()  # its last byte: a streamed tool result is whole
             await send(message)

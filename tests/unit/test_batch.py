@@ -3,6 +3,7 @@ runner answers) and of their task orders: the slots' tasks, sessions opened ahea
 at the first reset, closing once the batch's rewards are read."""
 
 import asyncio
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,6 +41,7 @@ class Member:
     closed: list[bool] = field(default_factory=list)
     followed: list[Any] = field(default_factory=list)
     started: list[tuple[int, int | None, int]] = field(default_factory=list)
+    pool: Any = None  # where its next starts find session ids asked for ahead
 
     def settings(self):
         return self.config
@@ -65,6 +67,9 @@ class Member:
 
     def close(self, wait=False, rewards_read=False):
         self.closed.append(rewards_read)
+
+    def sids(self):
+        return self.pool
 
     def capture(self, call):
         return None
@@ -149,6 +154,32 @@ def test_once_the_rewards_are_read_every_orsgen_rollout_closes_as_read():
     batch, members = made(foreign=(1,))
     batch.rewards_read(batch.facts.adapters)
     assert batch.closed and [m.closed if m else None for m in members] == [[True], None, [True], [True]]
+
+
+class Pool:
+    """Session ids asked for ahead, as a batch asks for them: how many, each time."""
+
+    def __init__(self) -> None:
+        self.wanted: list[int] = []
+
+    def want(self, count):
+        self.wanted.append(count)
+
+
+def test_at_the_rewards_read_the_next_batchs_ids_are_asked_one_per_rollout_opening_ahead_none_after_the_last():
+    batch, members = made(size=6, foreign=(1,))
+    mine, other = Pool(), Pool()  # two connections (or environments): each its own ids
+    for member, pool in zip([m for m in members if m], [mine, mine, other, mine, mine]):
+        member.pool = pool
+    members[5].config = resolve(None, {"open_ahead": False})  # opens nothing ahead: asks for nothing
+    batch.rewards_read(batch.facts.adapters)
+    assert mine.wanted == [3] and other.wanted == [1]  # asked once per pool, for the batch's count
+    last, members = made()
+    last.facts = dataclasses.replace(last.facts, more=False)  # no round follows: the run's last step
+    for member in members:
+        member.pool = mine
+    last.rewards_read(last.facts.adapters)
+    assert mine.wanted == [3]  # nothing asked for a batch that never comes
 
 
 def test_a_reset_is_placed_in_the_batch_of_its_environments_list_and_tag():

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from orsgen.runtime import ahead, calls, client, sessions, trl
 from orsgen.runtime.process import STATE
 from orsgen.runtime.settings import Settings
+from orsgen.runtime.sids import Sids
 from orsgen.runtime.tasks import Order
 
 if TYPE_CHECKING:
@@ -55,6 +56,9 @@ class Member(Protocol):
 
     def seat(self, env: AsyncEnvironment, split: str, index: int, stream: str | None,
              config: Settings) -> ahead.Seat: ...
+
+    def sids(self) -> Sids | None:
+        """Where its next starts find session ids asked for ahead (sids.py; None: not here)."""
 
     def follow(self, trainer: Any) -> None:
         """The difficulty order's statistics follow `trainer` (curriculum.py)."""
@@ -175,6 +179,22 @@ class Batch:
         while the trainer trains on it."""
         self.closed = True
         closed_at_rewards(environments, self._members)
+        self.ask_sids(environments)
+
+    def ask_sids(self, environments: list[Any]) -> None:
+        """The next batch's session ids, asked for while the trainer trains on this one: one per rollout that opens
+        ahead (its starts then send two requests in a row, not three); none after a stream's last round."""
+        if not self.facts.more:
+            return
+        wanted: dict[Sids, int] = {}
+        for env in environments:
+            member = self._members(env)
+            if member is not None and member.settings().open_ahead is not False:
+                found = member.sids()
+                if found is not None:
+                    wanted[found] = wanted.get(found, 0) + 1
+        for found, count in wanted.items():
+            found.want(count)
 
 
 def closed_at_rewards(environments: list[Any], members: Members) -> None:

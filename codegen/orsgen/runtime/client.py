@@ -1,6 +1,7 @@
 """The runtime's one connection to the openreward SDK: its own event loop thread, one SDK client per API key, bounded
 waits, and the clean-up at exit. Only the SDK's public async API is used, except the SSE parser fix (checked),
-`delete_once` and `first_ping_later` (where the SDK has their hooks)."""
+`delete_once`, `first_ping_later` and a start under an id asked for ahead (`ask_sid`, `start_with`: where the SDK has
+their hooks)."""
 
 from __future__ import annotations
 
@@ -171,6 +172,51 @@ def first_ping_later(session: Any) -> None:
         return await run(*args, **kwargs)
 
     session._run_ping = later
+
+
+def can_start_with(session: Any) -> bool:
+    """Whether `session` can start under an id asked for ahead: an SDK session with the hooks `start_with` uses, on
+    its environment's client."""
+    return all(hasattr(session, n) for n in ("_post_create", "_run_ping", "_creation_endpoint", "_creation_headers",
+                                              "_external_client")) and session._external_client is not None
+
+
+async def ask_sid(session: Any) -> str:
+    """A session id for later: what the SDK's `__aenter__` sends first (`POST /create_session` with the session's
+    headers, payload and retries), sent alone."""
+    from openreward.api._session.http import resumable_sse
+
+    ids: list[str] = []
+    found = await resumable_sse(session.client, session._creation_endpoint, token=session.api_key,
+                                json=session._creation_payload, deployment=session.deployment, max_retries=3,
+                                timeout=session.creation_timeout, extra_headers=session._creation_headers,
+                                on_event=lambda event, data: ids.append(data.strip()) if event == "task_id" else None)
+    sid = found.get("sid") if isinstance(found, dict) else None
+    if not (sid or ids):
+        raise RuntimeError("no session id from /create_session")
+    return str(sid or ids[0])
+
+
+async def start_with(session: Any, sid: str) -> Any:
+    """The rest of the SDK's `__aenter__` for a session under `sid` (`ask_sid`'s): `POST /create`, then its
+    keep-alive, as the SDK starts them."""
+    session.sid = sid
+    try:
+        await session._post_create()
+    except Exception as exc:  # noqa: BLE001 - re-raised, with the session's sid, as the SDK's start does
+        raise session._annotate_error(exc) from exc.__cause__
+    session._ping_task = asyncio.create_task(session._run_ping(url=f"{session.base_url}/ping", sid=sid,
+                                                               api_key=session.api_key, sleep_time=10,
+                                                               deployment=session.deployment))
+    return session
+
+
+async def give_back(session: Any, sid: str) -> None:
+    """An id asked for ahead and never used: the `POST /delete_session` the SDK sends for its own unused id."""
+    from openreward.api._session.http import request_retryable
+
+    await request_retryable(session.client, "POST", "/delete_session", expect_json=False, token=session.api_key,
+                            sid=sid)
 
 
 class Loop:

@@ -27,6 +27,7 @@ from orsgen.runtime.errors import DriftError
 from orsgen.runtime.process import STATE
 from orsgen.runtime.sessions import Connection, Planned
 from orsgen.runtime.settings import BY_NAME, Settings, resolve
+from orsgen.runtime.sids import Sids
 from orsgen.runtime.tasks import Order
 
 if TYPE_CHECKING:
@@ -196,6 +197,9 @@ class Runner:
         start = functools.partial(self.pinned.sessions.open, env, self.connection, split, index, config,
                                   report=session_opened(self.adapter, split, index, stream))
         return ahead.Seat(self.pinned.ahead, (self.connection.key(), split, index), start)
+
+    def sids(self) -> Sids | None:
+        return self.pinned.sessions.sids(self.environment(), self.connection)
 
     def start_failed(self, episode: Episode[Any], exc: BaseException) -> str:
         """Void the episode (or raise, as configured); the prompt the trainer gets for a task that did not start."""
@@ -393,6 +397,7 @@ def close_all() -> None:
         runner.close()
     for left in ahead.drain_all():
         sessions.close(None, left)
+    sessions.give_back_sids()
     sessions.wait_closing()
     sessions.close_held()  # what no adapter or store held any more (a reader's, a late look-ahead's)
     sessions.wait_closing()
@@ -409,6 +414,7 @@ def _exit_closers() -> list[Any]:
     calls.cancel_all()
     sessions.release_all()
     closers = [sessions.end(None, left) for left in ahead.drain_all()]
+    sessions.give_back_sids()  # tracked: the exit waits for them
     for runner in runners():
         held = runner.detach()
         if held != (None, None):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import functools
 import logging
 import os
 import threading
@@ -23,6 +24,7 @@ from orsgen.runtime import bounds, client, messages
 from orsgen.runtime.errors import DriftError, StartError, StartTimeout, WrongServer
 from orsgen.runtime.process import STATE
 from orsgen.runtime.settings import Settings
+from orsgen.runtime.sids import Sids
 from orsgen.runtime.slots import Slots
 
 if TYPE_CHECKING:
@@ -36,12 +38,14 @@ Report = Callable[[int, float, "BaseException | None", float], None]
 class Held:
     """The sessions of this process (held by process.STATE): those open on a server (entered, not yet exited) and
     the opener that opened them, changed on the runtime's loop; the closes in flight that free a place (`freeing`);
-    the sessions whose close waits (`hold`)."""
+    the sessions whose close waits (`hold`); the session ids asked for ahead, per opener, environment and connection
+    (sids.py)."""
 
     def __init__(self) -> None:
         self.open: dict[Any, Sessions] = {}
         self.freeing: set[concurrent.futures.Future[None]] = set()
         self.holds: dict[Any, concurrent.futures.Future[None]] = {}
+        self.sids: dict[tuple[Sessions, Any, Hashable], Sids] = {}
 
 
 def _held() -> Held:
@@ -168,6 +172,7 @@ class Sessions:
         retry). Each attempt is reported. DriftError is raised at once."""
         limit = settings.reset_timeout
         retries = settings.start_retries if retries is None else retries
+        asked = _held().sids.get((self, env, connection.key()))
         for attempt in range(first, first + retries + 1):
             waited = await self.slots.take(settings.max_sessions)  # a place in the budget, before any request
             began, session = time.perf_counter(), None
@@ -181,7 +186,8 @@ class Sessions:
                         self.slots.own(session)  # given back once the server has it closed (`end`)
                 if settings.check_drift:  # once per process and server
                     await self.check_drift(env, connection.url, limit)
-                await self.enter(session, limit)
+                sid = asked.take() if asked is not None and attempt == first else None  # a retry asks anew
+                await self.enter(session, limit, sid)
                 _held().open[session] = self
                 await self.check_build(session, connection.url, limit)
                 conversation = (split, index) in self.pin.conversations
@@ -207,11 +213,13 @@ class Sessions:
                 return opened
         raise AssertionError("unreachable")
 
-    async def enter(self, session: AsyncSession, limit: float) -> None:
-        """Start `session`, waiting at most `limit` seconds (StartTimeout). A start given up, at the limit or
-        cancelled, is still owned: the server may finish it later (a slow environment constructor), so the session
-        is closed as soon as its start ends, a close tracked as every other (close_all() and the exit wait for it)."""
-        entering, began = asyncio.ensure_future(session.__aenter__()), time.perf_counter()
+    async def enter(self, session: AsyncSession, limit: float,
+                    sid: concurrent.futures.Future[str] | None = None) -> None:
+        """Start `session` (under `sid`, an id asked for ahead, if it came), waiting at most `limit` seconds
+        (StartTimeout). A start given up, at the limit or cancelled, is still owned: the server may finish it later
+        (a slow environment constructor), so the session is closed as soon as its start ends, a close tracked as
+        every other (close_all() and the exit wait for it)."""
+        entering, began = asyncio.ensure_future(_start(session, sid)), time.perf_counter()
         try:
             await asyncio.wait_for(asyncio.shield(entering), limit)
         except BaseException as exc:
@@ -259,6 +267,18 @@ class Sessions:
 
     def started(self) -> None:
         self.failures.started()
+
+    def sids(self, env: AsyncEnvironment, connection: Connection) -> Sids | None:
+        """The session ids asked for ahead for `connection`'s starts (None: this SDK cannot start under one)."""
+        key = (self, env, connection.key())
+        found = _held().sids.get(key)
+        if found is None:
+            template = env.session(split="", index=0, secrets=connection.secrets)  # its headers: each start's
+            if not client.can_start_with(template):
+                return None
+            found = _held().sids.setdefault(key, Sids(functools.partial(client.ask_sid, template),
+                                                      functools.partial(client.give_back, template), _tracked))
+        return found
 
     def failed_start(self, connection: Connection, split: str, index: int, exc: BaseException, settings: Settings,
                      in_batch: bool, who: str) -> str:
@@ -358,6 +378,29 @@ class Sessions:
             f"pins (target {self.pin.target}): point url= or OPENREWARD_SESSION_URL at the server of "
             f"{self.pin.env!r}, or regenerate the module for this server"
         ) from None
+
+
+async def _start(session: AsyncSession, sid: concurrent.futures.Future[str] | None) -> Any:
+    """The SDK's start, or the same under an id asked for ahead (one that did not come: the SDK's own start)."""
+    given = None
+    if sid is not None:
+        with contextlib.suppress(Exception):
+            given = await asyncio.wrap_future(sid)
+    return await (client.start_with(session, given) if given is not None else session.__aenter__())
+
+
+def _tracked(coroutine: Coroutine[Any, Any, Any]) -> concurrent.futures.Future[Any]:
+    """Run `coroutine` on the runtime's loop, tracked: close_all() and the exit wait for it."""
+    running = client.loop()
+    future = running.submit(coroutine)
+    running.closing.add(future)
+    future.add_done_callback(running.closing.discard)
+    return future
+
+
+def give_back_sids() -> list[concurrent.futures.Future[None]]:
+    """Give back every session id asked for ahead and not taken (close_all, the exit)."""
+    return [future for asked in list(_held().sids.values()) for future in asked.drain()]
 
 
 async def end(session: AsyncSession | None, opening: concurrent.futures.Future[Any] | None,
