@@ -37,8 +37,9 @@ MAX_QUEUED = 1_000  # records waiting for the writer; more are dropped (and coun
 class Recorder:
     """Records every episode this process runs as a line of `directory`/trajectories-rank{R}.jsonl (R: this
     process's rank; a process other than the one that made the recorder adds its pid, so processes never share a
-    file). `attach` tells it the run, step and rank of a trainer; `upload` also sends each record to the OpenReward
-    runs page (upload.py). Listens on the hooks until `close()`.
+    file). `attach` tells it the run, step and rank of a trainer, whose batches' episodes are then the only ones of a
+    trainer it takes; `upload` also sends each record to the OpenReward runs page (upload.py). Listens on the hooks
+    until `close()`.
 
     `orsgen eval` makes one with `path` (its run's file) and `build=False`: it builds each record itself, from the
     episode's trace (`take`), and `put`s it; `quiet`: it says itself what failed."""
