@@ -189,10 +189,7 @@ def open_next(seats: list[Seat], after: list[Opening], tag: Tag, owner: int | No
         opening = Planned(owner)
         seat.store.put(tag, seat.key, opening)
         plan.append((seat, opening))
-    running = client.loop()
-    future = running.submit(_look_ahead(plan, after, tag))
-    running.closing.add(future)  # close_all() and the exit wait for it: what it opens as they drain, it closes
-    future.add_done_callback(running.closing.discard)
+    client.loop().track(_look_ahead(plan, after, tag))  # what it opens as close_all() or the exit drain, it closes
 
 
 async def _look_ahead(plan: list[tuple[Seat, Planned]], after: list[Opening], tag: Tag) -> None:

@@ -240,6 +240,13 @@ class Loop:
             raise RuntimeError("the orsgen runtime has shut down (interpreter exit)")
         return asyncio.run_coroutine_threadsafe(coroutine, self.loop)
 
+    def track(self, coroutine: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        """`submit`, tracked in `closing`: close_all() and the exit wait for it."""
+        future = self.submit(coroutine)
+        self.closing.add(future)
+        future.add_done_callback(self.closing.discard)
+        return future
+
     def run(self, coroutine: Coroutine[Any, Any, T], kind: str, limit: float | None = None) -> T:
         """Run a coroutine on the loop and wait at most `limit`, by default the `kind` timeout, for it."""
         limit = timeout(kind) if limit is None else limit

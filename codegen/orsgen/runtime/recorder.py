@@ -105,12 +105,12 @@ class Recorder:
         self._step, self._rank, self.run_info = step, rank, run_info
         self._trainer = None if trainer is None else weakref.ref(trainer)
 
-    def _foreign(self, adapter: Any) -> bool:
-        """An episode of another trainer's batch: a trainer that raised earlier in this process keeps its episodes,
-        which end at a later `close_all()`, and are not this run's rollouts (they would be written as this run's)."""
+    def _foreign(self, runner: Any) -> bool:
+        """An episode (of `runner`) of another trainer's batch: a trainer that raised earlier in this process keeps
+        its episodes, which end at a later `close_all()`, and are not this run's rollouts (they would be written as
+        this run's)."""
         if self._trainer is None:
             return False
-        runner = runner_of(adapter)
         batch = None if runner is None else runner.batch
         return batch is not None and batch.trainer is not None and batch.placed_trainer() is not self._trainer()
 
@@ -120,9 +120,9 @@ class Recorder:
         if self.closed:
             return
         assert trace.end is not None
-        if self._foreign(trace.end.adapter):
-            return
         runner = runner_of(trace.end.adapter)
+        if self._foreign(runner):
+            return
         self._put((trace, self._step(), [] if runner is None else runner.secrets()))
 
     def take(self, episode: Any) -> Trace | None:

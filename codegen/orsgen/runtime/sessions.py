@@ -227,9 +227,7 @@ class Sessions:
                 raise
             running = client.running()
             if running is not None:
-                future = running.submit(self._end_when_started(session, entering, limit, began))
-                running.closing.add(future)
-                future.add_done_callback(running.closing.discard)
+                running.track(self._end_when_started(session, entering, limit, began))
             if isinstance(exc, TimeoutError):
                 raise StartTimeout(f"no answer within {limit:g}s") from None
             raise
@@ -391,11 +389,7 @@ async def _start(session: AsyncSession, sid: concurrent.futures.Future[str] | No
 
 def _tracked(coroutine: Coroutine[Any, Any, Any]) -> concurrent.futures.Future[Any]:
     """Run `coroutine` on the runtime's loop, tracked: close_all() and the exit wait for it."""
-    running = client.loop()
-    future = running.submit(coroutine)
-    running.closing.add(future)
-    future.add_done_callback(running.closing.discard)
-    return future
+    return client.loop().track(coroutine)
 
 
 def give_back_sids() -> list[concurrent.futures.Future[None]]:
@@ -440,9 +434,7 @@ def close(session: AsyncSession | None = None,
     running = client.running()
     if running is None:
         return None  # the loop is gone (interpreter exit): the server reaps the session
-    future = running.submit(end(session, opening))
-    running.closing.add(future)
-    future.add_done_callback(running.closing.discard)
+    future = running.track(end(session, opening))
     if session is not None or opening is not None and opening.done():  # frees a place
         freeing = _held().freeing
         freeing.add(future)
