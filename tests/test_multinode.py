@@ -1,9 +1,11 @@
 """Training across nodes (issue 47): two torchrun launches on one machine as two nodes of 2 processes each, against
-one served echo environment (its own log: every `POST /create`, its peak of open sessions), beside one node of 4,
-with environment-owned tasks (open_ahead "next-step") and with a dataset. Across nodes as on one: one task per GRPO
-group, rounds on disjoint tasks, the same multiset of tasks, one trajectory file per global rank, the `orsgen/`
-figures summed over all 4 ranks (every rank logs the same); with ORSGEN_MAX_SESSIONS=2 the server never holds more
-than 2 x 4 sessions at once. A batch larger than the budget is refused in one line.
+one served echo environment (its own log: every `POST /create`, its peak of open sessions), with environment-owned
+tasks (open_ahead "next-step") and with a dataset. Across nodes: one task per GRPO group, rounds on disjoint tasks, one
+trajectory file per global rank, the `orsgen/` figures summed over all 4 ranks (every rank logs the same); with
+ORSGEN_MAX_SESSIONS=2 the server never holds more than 2 x 4 sessions at once. With environment-owned tasks (orsgen's
+own order across ranks), the same tasks group by group and the same figures as one node of 4: a third launch, not
+made with a dataset, where TRL's sampler deals the rows (4 more ranks: some 70 s of CPU). A batch larger than the
+budget is refused in one line.
 
 CPU-heavy on 2 cores: the tiny model, 2 steps of 2 rollouts per process, groups of 2."""
 
@@ -73,7 +75,6 @@ def test_two_nodes_of_two_train_as_one_node_of_four_within_the_sessions_budget(c
     before = len(server.creates())
     reports, resets, peak = launch(counted, tmp_path / "nodes", data, 2, {**ahead, "ORSGEN_MAX_SESSIONS": str(BUDGET)})
     created = server.creates()[before:]
-    one_reports, one_resets, one_peak = launch(counted, tmp_path / "one", data, 1, ahead)
 
     # four global ranks, two per node, each ran every step and left nothing open
     assert [(r["rank"], r["node"], r["local_rank"], r["world"]) for r in reports] == \
@@ -86,9 +87,6 @@ def test_two_nodes_of_two_train_as_one_node_of_four_within_the_sessions_budget(c
     rounds = [{g[0] for g in groups} for groups in steps]
     assert all(len(r) == len(groups) for r, groups in zip(rounds, steps, strict=True)), steps
     assert not rounds[0] & rounds[1], rounds
-    # the same tasks as one node of four, group by group
-    assert Counter(r["task_index"] for r in resets) == Counter(r["task_index"] for r in one_resets)
-    assert steps == groups_of(one_resets)
     # every session the server opened is one a reset took
     assert sorted(c["session"] for c in created if c["status"] == 200) == sorted(r["session"] for r in resets)
 
@@ -98,8 +96,6 @@ def test_two_nodes_of_two_train_as_one_node_of_four_within_the_sessions_budget(c
     assert [f["episodes"] for f in figures[0]] == [WORLD * PER_DEVICE] * STEPS
     assert [f["scored_fraction"] for f in figures[0]] == [1.0] * STEPS
     assert sum(f["starts"] for f in figures[0]) == len(created)
-    keep = ("episodes", "scored_fraction", "tool_calls_per_episode", "unscored/not_started")
-    assert [{k: f[k] for k in keep} for f in figures[0]] == [{k: f[k] for k in keep} for f in one_reports[0]["figures"]]
 
     # one trajectory file per global rank, each holding its rank's episodes
     folder = tmp_path / "nodes" / "traj"
@@ -110,7 +106,16 @@ def test_two_nodes_of_two_train_as_one_node_of_four_within_the_sessions_budget(c
         assert sorted(w["session"] for w in written) == sorted(r["session"] for r in resets if r["rank"] == rank)
 
     # the sessions budget, held across ranks on the server's own count
-    assert 0 < peak <= BUDGET * WORLD, (peak, one_peak)
+    assert 0 < peak <= BUDGET * WORLD, peak
+
+    if data == "owned":  # orsgen's own task order across ranks (with a dataset, TRL's sampler deals the rows)
+        # the same tasks as one node of four, group by group, and the same figures
+        one_reports, one_resets, _ = launch(counted, tmp_path / "one", data, 1, ahead)
+        assert Counter(r["task_index"] for r in resets) == Counter(r["task_index"] for r in one_resets)
+        assert steps == groups_of(one_resets)
+        keep = ("episodes", "scored_fraction", "tool_calls_per_episode", "unscored/not_started")
+        assert [{k: f[k] for k in keep} for f in figures[0]] == \
+            [{k: f[k] for k in keep} for f in one_reports[0]["figures"]]
 
 
 def test_a_batch_larger_than_the_sessions_budget_is_refused_in_one_line(counted, tmp_path, monkeypatch):

@@ -11,6 +11,7 @@ import json
 import locale
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -53,10 +54,41 @@ def _text(path: Path) -> str:
     return io.TextIOWrapper(io.BytesIO(path.read_bytes()), encoding=locale.getpreferredencoding(False)).read()
 
 
-def popen(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
-    """`orsgen eval ARGS` started in a process group of its own: stop it with `processes.stop`."""
-    return processes.popen([sys.executable, "-m", "orsgen", "eval", *args], cwd=cwd, env=environ(env),
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+def popen(*args: str, cwd: Path, env: dict[str, str] | None = None) -> Started:
+    """`orsgen eval ARGS` started in a process group of its own, forked by the zygote as `orsgen_eval` is: stop it
+    with `processes.stop`."""
+    folder = Path(tempfile.mkdtemp(prefix="orsgen-eval-"))
+    out, err = folder / "stdout", folder / "stderr"
+    return Started(servers.command(["orsgen", "eval", *args], str(cwd), environ(env), str(out), str(err)), folder)
+
+
+class Started:
+    """A started `orsgen eval`, as far as the tests use a Popen of it: poll, wait, send_signal, communicate (its
+    output read once it has ended), returncode, and no pipes (`processes.stop` stops its group)."""
+
+    stdin = stdout = stderr = None
+
+    def __init__(self, child: servers.Forked, folder: Path) -> None:
+        self.child, self.pid, self.folder = child, child.pid, folder
+
+    @property
+    def returncode(self) -> int | None:
+        return self.child.returncode
+
+    def poll(self) -> int | None:
+        return self.child.poll()
+
+    def wait(self, timeout: float | None = None) -> int:
+        return self.child.wait(timeout)
+
+    def send_signal(self, sig: int) -> None:
+        self.child.send_signal(sig)
+
+    def communicate(self, timeout: float | None = None) -> tuple[str, str]:
+        self.child.wait(timeout)
+        found = _text(self.folder / "stdout"), _text(self.folder / "stderr")
+        shutil.rmtree(self.folder, ignore_errors=True)
+        return found
 
 
 def records(folder: Path) -> list[dict[str, Any]]:
