@@ -7,13 +7,12 @@ opened before the difficulty order existed."""
 
 import collections
 import os
-import sys
 
 import pytest
 from transformers import TrainerCallback
 
 from tests.envs.coins import TASKS, kind
-from tests.harness import coins, processes, records, rounds, servers
+from tests.harness import coins, processes, rankfork, records, rounds, servers
 from tests.harness.generation import in_process, load
 from tests.harness.servers import settle
 
@@ -87,12 +86,10 @@ def test_two_ranks_draw_the_same_task_for_every_group(served, tmp_path):
     """3 groups of 8 a round over 2 ranks of 12 rollouts: the middle group has 4 rollouts on each rank."""
     _, path = served
     steps, per_device, group, world = 8, 12, 8, 2
-    run = processes.run(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(world), "--master_addr", "127.0.0.1",
-         "--master_port", str(servers.free_port()), "-m", "tests.harness.coins", str(path), str(tmp_path / "out"),
-         str(steps), str(per_device), str(group), "difficulty"], capture_output=True, text=True,
-        env={**os.environ, "ORSGEN_OPEN_AHEAD": "next-step"},
-    )
+    argv, env = rankfork.command("tests.harness.coins", str(path), str(tmp_path / "out"), str(steps), str(per_device),
+                             str(group), "difficulty", nproc=world)
+    run = processes.run(argv, capture_output=True, text=True,
+                        env={**os.environ, **env, "ORSGEN_OPEN_AHEAD": "next-step"})
     assert run.returncode == 0, run.stderr[-3000:]
     lines = records(run.stdout, "reset", "rank")
     resets = [line["reset"] for line in lines if "reset" in line]

@@ -2,12 +2,12 @@
 their first start and go stale; the figures in the trainer's log_history equal what the server saw, step by step,
 on one and on two ranks; an evaluation pass on the test split reports its own and leaves training's alone."""
 
-import sys
+import os
 
 import pytest
 
 from examples.tiny import tool_methods
-from tests.harness import metered, processes, records, servers, trainers
+from tests.harness import metered, processes, rankfork, records, servers, trainers
 from tests.harness.generation import load, orsgen
 
 pytestmark = pytest.mark.trainer  # trains or runs TRL code: also under the oldest TRL (.ci/trl-oldest)
@@ -103,11 +103,8 @@ def test_two_ranks_log_the_sums_of_both(server_and_module, tmp_path):
     """2 torchrun workers, one GRPO group each per step: the logged figures are both ranks' (rank 0 alone starts
     tasks 0 and 2, rank 1 tasks 1 and 3), and both ranks log the same."""
     server, path = server_and_module
-    run = processes.run(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
-         "--master_port", str(servers.free_port()), "-m", "tests.harness.metered", str(path), str(tmp_path / "out"),
-         server.url], capture_output=True, text=True, timeout=900,
-    )
+    argv, env = rankfork.command("tests.harness.metered", str(path), str(tmp_path / "out"), server.url)
+    run = processes.run(argv, capture_output=True, text=True, timeout=900, env={**os.environ, **env})
     assert run.returncode == 0, run.stderr[-3000:]
     reports = sorted(records(run.stdout, "rank"),
                      key=lambda r: r["rank"])

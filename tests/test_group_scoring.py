@@ -5,14 +5,15 @@ sessions open while scored and closed after; two torchrun ranks."""
 import json
 import logging
 import math
+import os
 import sys
 
 import pytest
 
-from tests.harness import processes, records, servers
+from tests.harness import processes, rankfork, records, servers
 from tests.harness.generation import orsgen
 from tests.harness.group_scoring import ANSWERS, SCORES, train
-from tests.harness.servers import free_port, settle
+from tests.harness.servers import settle
 
 pytestmark = pytest.mark.trainer  # trains or runs TRL code: also under the oldest TRL (.ci/trl-oldest)
 SYSTEM = "You are terse: answer with as few words as you can."
@@ -120,11 +121,8 @@ def test_without_environments_outside_asyncgrpos_worker_group_reward_refuses_in_
 
 
 def torchrun(module, out, tasks: str, per_device: int) -> list[dict]:
-    run = processes.run(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
-         "--master_port", str(free_port()), "-m", "tests.harness.group_scoring", str(module), str(out), tasks,
-         str(per_device)], capture_output=True, text=True, timeout=900,
-    )
+    argv, env = rankfork.command("tests.harness.group_scoring", str(module), str(out), tasks, str(per_device))
+    run = processes.run(argv, capture_output=True, text=True, timeout=900, env={**os.environ, **env})
     assert run.returncode == 0, run.stderr[-3000:]
     return sorted(records(run.stdout, "rank"),
                   key=lambda r: r["rank"])

@@ -12,13 +12,12 @@ CPU-heavy on 2 cores: the tiny model, 2 steps of 2 rollouts per process, groups 
 import json
 import os
 import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
-from tests.harness import owned_data, processes, records, servers
+from tests.harness import owned_data, processes, rankfork, records, servers
 from tests.harness.generation import load, served
 
 pytestmark = pytest.mark.trainer
@@ -38,11 +37,11 @@ def launch(path, out, data, nodes, env):
     server, module_path = path
     port, per_node = servers.free_port(), WORLD // nodes
     server.peak_sessions()  # from here on
-    started = [processes.popen(
-        [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(nodes), "--node_rank", str(node),
-         "--nproc_per_node", str(per_node), "--master_addr", "127.0.0.1", "--master_port", str(port), "-m",
-         "tests.harness.multinode", str(module_path), str(out), str(STEPS), str(PER_DEVICE), str(GENERATIONS), data],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **env}) for node in range(nodes)]
+    launches = [rankfork.command("tests.harness.multinode", str(module_path), str(out), str(STEPS), str(PER_DEVICE),
+                             str(GENERATIONS), data, nproc=per_node, port=port, node=(node, nodes))
+                for node in range(nodes)]
+    started = [processes.popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, **env, **extra}) for argv, extra in launches]
     try:
         ended = [p.communicate(timeout=processes.HANG) for p in started]
     finally:

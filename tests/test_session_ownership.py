@@ -6,6 +6,7 @@ look-ahead starts that finish during an evaluation pass."""
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 
 import pytest
 
@@ -88,30 +89,37 @@ def test_a_reset_interrupted_while_its_session_starts_leaves_nothing_open(sleepy
 
 # -- item 5: a pool of one batch -------------------------------------------------------------------------------
 
-def sent_at_once(server, since: int, creates: list[dict], batches: int) -> list[bool]:
-    """Per batch (the successful `/create`s, in equal consecutive shares of their arrival order): did its last start
-    arrive before the first of its sessions answered its prompt? The server answers a prompt once the session's 2 s
-    setup is done: starts sent at once all arrive before that; starts made one after another do not (the next is
-    sent once the one before has its prompt)."""
+def waves(server, since: int, creates: list[dict], batches: int) -> list[int]:
+    """Per batch (the successful `/create`s, in equal consecutive shares of their arrival order): in how many waves
+    its sessions started, a wave lasting while any of them is between its `/create`'s arrival and its prompt's
+    answer (after the session's 2 s setup). Starts sent at once are one wave, however slowly a loaded machine sends
+    them; starts made one after another are a wave each (the next is sent once the one before has its prompt)."""
     prompted = {e["session"]: e["answered"] for e in server.log()[since:]
                 if e["request"].endswith("/prompt") and e["answered"] is not None}
     done = sorted((c for c in creates if c["status"] == 200), key=lambda c: c["arrived"])
     size = len(done) // batches
-    shares = [done[i * size:(i + 1) * size] for i in range(batches)]
-    return [max(c["arrived"] for c in share) < min(prompted[c["session"]] for c in share) for share in shares]
+    found = []
+    for share in (done[i * size:(i + 1) * size] for i in range(batches)):
+        levels = list(running([(c["arrived"], 1) for c in share] + [(prompted[c["session"]], -1) for c in share]))
+        found.append(sum(1 for before, now in zip([0, *levels], levels) if before == 0 and now == 1))
+    return found
+
+
+def running(events: list[tuple[float, int]]) -> Iterator[int]:
+    """The level after each of the (time, +1 or -1) events, in time order."""
+    level = 0
+    for _, change in sorted(events):
+        level += change
+        yield level
 
 
 def held_at_most(server, since: int) -> int:
     """The most sessions the server held at once since its `since`-th request: each from its `/create`'s arrival
     to its `/delete`'s answer (an upper bound)."""
     log = server.log()[since:]
-    events = [(e["arrived"], 1) for e in log if e["request"] == "POST /create"]
-    events += [(e["answered"], -1) for e in log if e["request"] == "POST /delete" and e["answered"] is not None]
-    level = peak = 0
-    for _, change in sorted(events):
-        level += change
-        peak = max(peak, level)
-    return peak
+    return max(running([(e["arrived"], 1) for e in log if e["request"] == "POST /create"]
+                       + [(e["answered"], -1) for e in log if e["request"] == "POST /delete" and e["answered"] is not None]),
+               default=0)
 
 
 def grpo(mod, out, steps: int, env_class, owned: bool = False, **config):
@@ -148,8 +156,9 @@ def test_a_pool_of_one_batch_trains_with_open_ahead(sleepy, tmp_path, mode):
     if mode is True:
         assert refused == 0 and held_at_most(server, since) <= 8
     # Each batch's starts run at once, next-step too: what its look-ahead could not open for capacity is opened with
-    # the batch, not by each reset in line (2 s each).
-    assert sent_at_once(server, since, creates, batches=3) == [True, True, True], creates
+    # the batch, not by each reset in line (2 s each). (All 8 before the first prompt's answer, as asserted before,
+    # failed twice in runs at load 9: the 2 s setup is no bound on how fast a loaded machine sends 8 starts.)
+    assert waves(server, since, creates, batches=3) == [1, 1, 1], creates
     mod.close_all()
     assert server.open_sessions() == []
 

@@ -4,13 +4,12 @@ refusal of a reset without task_index from a thread outside the trainer (AsyncGR
 
 import concurrent.futures
 import os
-import sys
 
 import pytest
 from orsgen.runtime import episode_of
 
 from examples.echo import WORDS
-from tests.harness import owned_data, processes, records, servers
+from tests.harness import owned_data, processes, rankfork, records, servers
 from tests.harness.generation import in_process, load
 from tests.harness.servers import settle
 
@@ -103,12 +102,9 @@ def test_two_ranks_agree_on_the_task_of_a_group_that_spans_them(counted, module_
     each rank opens only its own: every session the server opened is one a reset took, on its task."""
     steps, per_device, generations, world = 2, 3, 2, 2
     before = len(counted.creates())
-    run = processes.run(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(world), "--master_addr", "127.0.0.1",
-         "--master_port", str(servers.free_port()), "-m", "tests.harness.owned_data", str(module_path),
-         str(tmp_path / "out"), str(steps), str(per_device), str(generations)],
-        capture_output=True, text=True, env={**os.environ, "ORSGEN_OPEN_AHEAD": open_ahead},
-    )
+    argv, env = rankfork.command("tests.harness.owned_data", str(module_path), str(tmp_path / "out"), str(steps),
+                             str(per_device), str(generations), nproc=world)
+    run = processes.run(argv, capture_output=True, text=True, env={**os.environ, **env, "ORSGEN_OPEN_AHEAD": open_ahead})
     assert run.returncode == 0, run.stderr[-3000:]
     lines = records(run.stdout, "reset", "rank")
     resets = [line["reset"] for line in lines if "reset" in line]

@@ -14,7 +14,7 @@ import pytest
 
 from examples import tiny
 from examples.tiny import tool_methods
-from tests.harness import ROOT, metered, processes, servers, trainers
+from tests.harness import ROOT, metered, processes, rankfork, servers, trainers
 from tests.harness.generation import load, orsgen
 from tests.harness.processes import wait_until
 from tests.harness.rollout_standin import standin
@@ -147,11 +147,8 @@ def test_two_ranks_write_disjoint_files_that_add_up_to_what_the_server_saw(modul
     server, _ = module
     path = tmp_path / "metered.py"
     directory = tmp_path / "traj"
-    run = processes.run(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
-         "--master_port", str(servers.free_port()), "-m", "tests.harness.metered", str(path), str(tmp_path / "out"),
-         server.url, str(directory)], capture_output=True, text=True, timeout=900,
-    )
+    argv, env = rankfork.command("tests.harness.metered", str(path), str(tmp_path / "out"), server.url, str(directory))
+    run = processes.run(argv, capture_output=True, text=True, timeout=900, env={**os.environ, **env})
     assert run.returncode == 0, run.stderr[-3000:]
     assert sorted(p.name for p in directory.iterdir()) == ["trajectories-rank0.jsonl", "trajectories-rank1.jsonl"]
     ranks = [[json.loads(line) for line in (directory / f"trajectories-rank{r}.jsonl").read_text().splitlines()]

@@ -11,6 +11,7 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.request
@@ -19,6 +20,7 @@ from typing import Any, cast
 
 from examples import serve
 from examples.serve import HOST, free_port
+from tests.harness.processes import wait_until
 
 __all__ = ["HOST", "Counting", "Served", "free_port", "running", "settle", "start"]
 
@@ -254,8 +256,8 @@ class Forked:
 class Zygote:
     """The test process's end of the zygote: one request, one answer, over its stdin and stdout."""
 
-    def __init__(self) -> None:
-        self.process = subprocess.Popen([sys.executable, "-m", "tests.harness.zygote"], stdin=subprocess.PIPE,
+    def __init__(self, *options: str) -> None:
+        self.process = subprocess.Popen([sys.executable, "-m", "tests.harness.zygote", *options], stdin=subprocess.PIPE,
                                         stdout=subprocess.PIPE, text=True)
         self.lock = threading.Lock()
         atexit.register(self.close)
@@ -295,6 +297,23 @@ def _zygote() -> Zygote:
     if not _zygotes or _zygotes[0].process.poll() is not None:
         _zygotes[:] = [Zygote()]
     return _zygotes[0]
+
+
+_ranks: list[tuple[Zygote, str]] = []
+
+
+def ranks_socket() -> str:
+    """The socket of this process's zygote for torchrun's ranks (tests/harness/rankfork.py), started on first use: it
+    preloads TRL besides the SDK, which the servers' zygote need not (the fast tier starts no rank)."""
+    if not _ranks or _ranks[0][0].process.poll() is not None:
+        path = os.path.join(tempfile.mkdtemp(prefix="orsgen-ranks-"), "socket")
+        zygote = Zygote("--ranks", path)
+        wait_until(lambda: zygote.process.poll() is not None or os.path.exists(path), timeout=300,
+                   waiting_for="the ranks' zygote to import TRL")
+        if zygote.process.poll() is not None:
+            raise RuntimeError(f"the ranks' zygote exited with code {zygote.process.poll()}")
+        _ranks[:] = [(zygote, path)]
+    return _ranks[0][1]
 
 
 if __name__ == "__main__":

@@ -12,15 +12,25 @@ server's), `python -m orsgen ARGV`, and a normal interpreter exit (its atexit ha
 `{"start": [specs], "port": N, "env": {...}}` or `{"run": ...}` -> `{"pid": P}`; `{"poll": P}` -> `{"returncode":
 null or N}` (a child is reaped only when polled, so its pid is never reused while the tests may still signal it).
 When stdin closes (the test session ended), the children still running are stopped.
+
+Started with `--ranks SOCKET` it also preloads TRL's trainer and torch.distributed (about 12 s of CPU a rank, with
+the SDK's) and forks torchrun's ranks: `torchrun ... -m tests.harness.rankfork MODULE ARGS` (tests/harness/rankfork.py)
+connects to SOCKET and hands over its environment, folder, argv and standard streams; the child is `python -m MODULE
+ARGS` as that rank's fresh interpreter would run it (orsgen and the tests imported anew), and its exit status goes back
+to the rank, which exits with it. A rank that dies takes its child with it.
 """
 
 import contextlib
 import json
 import os
 import runpy
+import select
 import signal
+import socket
 import sys
+import threading
 import traceback
+from typing import Any
 
 
 def _serve(specs: list[str], port: int, env: dict[str, str]) -> None:
@@ -57,6 +67,12 @@ def _command(argv: list[str], cwd: str, env: dict[str, str], out: str, err: str)
     os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
     os.dup2(os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644), 1)
     os.dup2(os.open(err, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644), 2)
+    _become(argv, cwd, env)
+
+
+def _become(argv: list[str], cwd: str, env: dict[str, str]) -> None:
+    """`python -m ARGV[0] ARGV[1:]` in `cwd` with `env` alone, its SIGINT a KeyboardInterrupt, orsgen and the tests
+    imported anew; raises SystemExit when it ends."""
     os.chdir(cwd)
     anew = {"orsgen", "tests"} | _path(env.get("PYTHONPATH", ""))
     os.environ.clear()
@@ -67,6 +83,25 @@ def _command(argv: list[str], cwd: str, env: dict[str, str], out: str, err: str)
     sys.argv = ["-m", *argv[1:]]
     runpy.run_module(argv[0], run_name="__main__", alter_sys=True)
     raise SystemExit(0)
+
+
+def _rank(conn: socket.socket, request: dict[str, Any], fds: list[int], others: list[socket.socket]) -> None:
+    """In the forked child: a torchrun rank's process, on the rank's own standard streams; killed when the rank (the
+    other end of `conn`) is gone. Returns only by raising SystemExit."""
+    for other in others:
+        other.close()
+    for target, fd in enumerate(fds):
+        os.dup2(fd, target)
+        os.close(fd)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+    def watch() -> None:  # the rank's end closes when it exits or is killed: so does this process
+        with contextlib.suppress(OSError):
+            conn.recv(1)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    threading.Thread(target=watch, daemon=True).start()
+    _become(request["argv"], request["cwd"], request["env"])
 
 
 def _path(pythonpath: str) -> set[str]:
@@ -90,13 +125,53 @@ def main() -> None:
 
     from tests.harness import servers  # noqa: F401 - and the request log
 
+    listener = None
+    if sys.argv[1:2] == ["--ranks"]:
+        import torch.distributed  # noqa: F401 - what every rank imports
+        from trl import GRPOTrainer  # noqa: F401
+
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(sys.argv[2])
+        listener.listen(64)
     running: set[int] = set()
-    for line in sys.stdin:
+    ranks: dict[int, socket.socket] = {}  # a rank's child -> the connection its status goes back on
+    while True:
+        ready = select.select([sys.stdin, *([listener] if listener else [])], [], [], 0.1 if ranks else None)[0]
+        for pid, conn in list(ranks.items()):
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                with contextlib.suppress(OSError):
+                    conn.sendall((json.dumps({"returncode": os.waitstatus_to_exitcode(status)}) + "\n").encode())
+                conn.close()
+                del ranks[pid]
+        if listener in ready:
+            assert listener is not None
+            conn, _ = listener.accept()
+            message, fds, _, _ = socket.recv_fds(conn, 1 << 16, 3)
+            while not message.endswith(b"\n"):  # a stream: the request may come in parts
+                message += conn.recv(1 << 16) or b"\n"
+            request = json.loads(message)
+            pid = os.fork()
+            if pid == 0:
+                listener.close()
+                _rank(conn, request, fds, list(ranks.values()))
+            for fd in fds:
+                os.close(fd)
+            conn.sendall((json.dumps({"pid": pid}) + "\n").encode())
+            ranks[pid] = conn
+        if sys.stdin not in ready:
+            continue
+        line = sys.stdin.readline()
+        if not line:
+            break
         request = json.loads(line)
         if "start" in request or "run" in request:
             sys.stdout.flush()
             sys.stderr.flush()
             pid = os.fork()
+            if pid == 0:  # a server or a command holds no rank's connection (a rank's child is told of its end)
+                for held in [*([listener] if listener else []), *ranks.values()]:
+                    held.close()
             if pid == 0 and "run" in request:
                 _command(request["run"], request["cwd"], request["env"], request["out"], request["err"])
             if pid == 0:
@@ -111,7 +186,7 @@ def main() -> None:
                 running.discard(pid)
         sys.stdout.write(json.dumps(reply) + "\n")
         sys.stdout.flush()
-    for pid in running:  # the tests are gone: what they left running goes too (stopped ones included)
+    for pid in [*running, *ranks]:  # the tests are gone: what they left running goes too (stopped ones included)
         os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
 
