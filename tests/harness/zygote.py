@@ -3,7 +3,7 @@ a server per start. A start then costs a fork instead of the SDK's import (about
 in the fast tier); the server is the same `Server` under uvicorn, with the environment (`env`) the start gave.
 
 It also runs commands that import the SDK (`orsgen eval`: some 40 runs in the fast tier, each paying the same
-import): `{"run": [argv], "cwd": ..., "env": {...}, "out": path, "err": path}` forks a child that becomes the
+import, and transformers' `get_json_schema`, also preloaded): `{"run": [argv], "cwd": ..., "env": {...}, "out": path, "err": path}` forks a child that becomes the
 command as a fresh interpreter would run it: a session of its own, the run's folder, environment and SIGINT, stdin
 from /dev/null, stdout and stderr into the files, every orsgen module imported anew (none is preloaded but the
 server's), `python -m orsgen ARGV`, and a normal interpreter exit (its atexit handlers run).
@@ -122,6 +122,7 @@ def _path(pythonpath: str) -> set[str]:
 def main() -> None:
     import uvicorn  # noqa: F401 - preloaded: what every server imports
     from openreward.environments import Server  # noqa: F401
+    from transformers.utils import get_json_schema  # noqa: F401 - what `orsgen eval` reads tools with (1.4 s a run)
 
     from tests.harness import servers  # noqa: F401 - and the request log
 
