@@ -85,7 +85,8 @@ def measure(invocation: Invocation) -> int:
         raise
     _save_run(folder, run, url, members, concurrency, invocation.resume is None, whole)
     recorder = Recorder(folder, path=folder / RECORDS, build=False, quiet=True)
-    kept, stop = episode.Records(recorder, episode.Refusals(busy=limiter.busy, waits=budget < concurrency), _specs(todo)), threading.Event()
+    refusals = episode.Refusals(busy=limiter.busy, waits=budget < concurrency)
+    kept, stop = episode.Records(recorder, refusals, _specs(todo)), threading.Event()
     shown = progress.Progress(len(todo))
     log = logging.getLogger("orsgen")
     above = progress.Above(shown)
