@@ -13,21 +13,20 @@ at C = 512, to bound the run), 64 tasks x k rollouts:
 - **plain asyncio**: this script's `--plain` mode, a subprocess too: the openreward SDK's `AsyncOpenReward` (a
   session per episode, `async with`) and `openai.AsyncOpenAI`, `asyncio.gather` under a semaphore of C; nothing else.
 
-Each level runs `--runs` times (3), the sides' order alternating from run to run and level to level (orsgen first,
-then plain first, ...). The table gives each side's median, and the goal lines the median of the runs' pairs too (a
-pair's two sides run within the same few minutes): the rest of the machine's work moves one side's phase as much as
-the client does (at C = 128, the same plain client 1.50x to 2.61x of the ideal in runs minutes apart, as the load
-average went from 4 to 10), so one pair, side after side, is no measurement. Each run's pair is printed and kept, with
-the cores the rest of the machine used in each side's phase (its busy CPU, /proc/stat, less the client's and the two
-servers'). Per side: the episode phase on the endpoint's clock (its
-first episode request's arrival to its last answer; the ideal is waves x 3 s, episodes / C x one episode's designed
-time), its ratio to the ideal, the client's CPU seconds in that phase per episode (its /proc/PID/stat sampled every
-0.1 s, so imports and start-up are left out; the whole process's CPU is kept too) and the two servers' in the same
-phase (what the side cost them: on 2 cores they compete with it), its peak RSS, open file descriptors and threads,
-what it raised (orsgen: records with an error, and its exit code; plain: exceptions) and the sessions the
-environment opened and closed. The goals (issue 47): orsgen's ratio within 1.1x the plain client's at every C, its CPU
-per episode within 2x. A miss is reported, never an error. Writes bench/eval_scale.json. The machine's load average
-is printed before and after: the servers and the client share its cores.
+Each level runs `--runs` times (3), the sides' order alternating from run to run and level to level (orsgen first, then
+plain first, ...). The table gives each side's median, and the goal lines the median of the runs' pairs too (a pair's
+two sides run within the same few minutes): the rest of the machine's work moves one side's phase as much as the client
+does (at C = 128, the same plain client 1.50x to 2.61x of the ideal in runs minutes apart, as the load average went from
+4 to 10), so one pair, side after side, is no measurement. Each run's pair is printed and kept, with the cores the rest
+of the machine used in each side's phase (its busy CPU, /proc/stat, less the client's and the two servers'). Per side:
+the episode phase on the endpoint's clock (its first episode request's arrival to its last answer; the ideal is waves x
+3 s, episodes / C x one episode's designed time), its ratio to the ideal, the client's CPU seconds in that phase per
+episode (its /proc/PID/stat sampled every 0.1 s, so imports and start-up are left out; the whole process's CPU is kept
+too) and the two servers' in the same phase (what the side cost them: on 2 cores they compete with it), its peak RSS,
+open file descriptors and threads, what it raised (orsgen: records with an error, and its exit code; plain: exceptions)
+and the sessions the environment opened and closed. The goals (issue 47): orsgen's ratio within 1.1x the plain client's
+at every C, its CPU per episode within 2x. A miss is reported, never an error. Writes bench/eval_scale.json. The
+machine's load average is printed before and after: the servers and the client share its cores.
 """
 
 from __future__ import annotations
