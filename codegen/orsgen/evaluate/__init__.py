@@ -60,8 +60,9 @@ def measure(invocation: Invocation) -> int:
     from orsgen import runtime
     from orsgen.runtime.recorder import Recorder
 
+    budget = pool.sessions_budget(invocation.max_sessions, concurrency)
     scoring = {m: episode.Scoring(_rewards(m, run.rewards), run.max_turns, run.seed, run.unscored_reward, folder.name,
-                                  invocation.max_sessions) for m in members}
+                                  budget) for m in members}
     whole = _plan(members, run)
     plan = whole if run.shard is None else [w for w in whole if run.shard.holds(w.number)]
     records = records_of(folder)
@@ -84,7 +85,8 @@ def measure(invocation: Invocation) -> int:
         raise
     _save_run(folder, run, url, members, concurrency, invocation.resume is None, whole)
     recorder = Recorder(folder, path=folder / RECORDS, build=False, quiet=True)
-    kept, stop = episode.Records(recorder, episode.Refusals(busy=limiter.busy), _specs(todo)), threading.Event()
+    refusals = episode.Refusals(busy=limiter.busy, waits=budget < concurrency)
+    kept, stop = episode.Records(recorder, refusals, _specs(todo)), threading.Event()
     shown = progress.Progress(len(todo))
     log = logging.getLogger("orsgen")
     above = progress.Above(shown)

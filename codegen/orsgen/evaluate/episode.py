@@ -50,10 +50,11 @@ class Fatal(Exception):
 class Refusals:
     """The starts the environment refused for capacity (429), by adapter: the limiter hears each as it happens, and an
     episode whose start failed after one is run again later (`Busy`); and the seconds its starts waited for a place in
-    the sessions budget (--max-sessions)."""
+    the sessions budget (--max-sessions), when `waits`: a budget below --concurrency (at it, a start waits only for
+    the close an episode before it did not wait for: no wait of the user's)."""
 
-    def __init__(self, busy: Callable[[float | None], None] = lambda seconds: None) -> None:
-        self._busy = busy
+    def __init__(self, busy: Callable[[float | None], None] = lambda seconds: None, waits: bool = True) -> None:
+        self._busy, self._waits = busy, waits
         self._refused: set[int] = set()
         self._waited: dict[int, float] = {}
         self._lock = threading.Lock()
@@ -76,7 +77,8 @@ class Refusals:
 
     def _heard(self, record: hooks.SessionOpen[Any]) -> None:
         with self._lock:
-            self._waited[id(record.adapter)] = self._waited.get(id(record.adapter), 0.0) + record.waited
+            if self._waits:
+                self._waited[id(record.adapter)] = self._waited.get(id(record.adapter), 0.0) + record.waited
             if record.status == 429:
                 self._refused.add(id(record.adapter))
         if record.status == 429:
@@ -102,7 +104,7 @@ class Scoring:
     seed: int | None
     unscored_reward: float | None
     run: str
-    max_sessions: int | None = None  # --max-sessions: the sessions budget per environment
+    max_sessions: int | None = None  # the sessions budget per environment (pool.sessions_budget)
 
 
 def run(work: Work, endpoint: Endpoint, records: Records, scoring: Scoring, stop: threading.Event
@@ -167,7 +169,8 @@ def _episode(work: Work, env: Any, endpoint: Endpoint, scoring: Scoring, stop: t
     if stop.is_set() and error is None:
         return None
     reward = None if error is not None else rollout.reward(work.row, env, prompt, completion, scoring.rewards)
-    close_episode(env)  # its end hook has run: the record can be built
+    close_episode(env, wait=False)  # its end hook has run: the record can be built (the close's place is waited for
+    # by the next start, on the runtime's loop: pool.sessions_budget)
     trace = records.recorder.take(episode)
     if trace is None:
         raise AssertionError("the runtime reported no end of the episode")

@@ -59,6 +59,21 @@ class Limiter:
             self._until = max(self._until, time.monotonic() + min(retry_after if retry_after is not None else 1.0, 30))
 
 
+def sessions_budget(given: int | None, concurrency: int) -> int:
+    """The sessions budget per environment the episodes run with (the runtime's, slots.py): the user's (--max-sessions,
+    else ORSGEN_MAX_SESSIONS), at most `concurrency`. An episode's thread does not wait for its session's close (one
+    round trip to the runtime's loop fewer per episode, each a thread woken on a busy core): the next start waits on
+    the loop for the place that close frees, so the server never holds more than this at once."""
+    if given is None:
+        from orsgen.runtime import settings
+
+        try:
+            given = settings.variable("max_sessions")
+        except (ValueError, TypeError) as exc:
+            raise OrsgenError(str(exc)) from None
+    return concurrency if given is None else min(given, concurrency)
+
+
 def open_files(concurrency: int) -> None:
     """Raise the soft limit on open files (RLIMIT_NOFILE) to what `concurrency` episodes at once may need, up to the
     hard limit; OrsgenError, one line, when even that is too low: before anything starts, not as episodes failing

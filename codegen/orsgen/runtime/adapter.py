@@ -49,7 +49,8 @@ def call_tool(env: Adapter, name: str, arguments: dict[str, Any]) -> Any:
 
 def close_episode(env: Adapter, wait: bool = True) -> None:
     """End an adapter's episode (unread, when nothing read its reward) and close its session, waiting (bounded) for
-    the server when `wait`: what `orsgen eval` does once it has an episode's reward."""
+    the server when `wait`: what `orsgen eval` does once it has an episode's reward (without waiting: its sessions
+    budget makes the next start wait for the place instead)."""
     env._close(wait=wait)
 
 
