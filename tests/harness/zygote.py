@@ -4,9 +4,10 @@ in the fast tier); the server is the same `Server` under uvicorn, with the envir
 
 It also runs commands that import the SDK (`orsgen eval`: some 40 runs in the fast tier, each paying the same
 import, and transformers' `get_json_schema`, also preloaded): `{"run": [argv], "cwd": ..., "env": {...}, "out":
-path, "err": path}` forks a child that becomes the command as a fresh interpreter would run it: a session of its own, the run's folder, environment and SIGINT, stdin
-from /dev/null, stdout and stderr into the files, every orsgen module imported anew (none is preloaded but the
-server's), `python -m orsgen ARGV`, and a normal interpreter exit (its atexit handlers run).
+path, "err": path}` forks a child that becomes the command as a fresh interpreter would run it: a session of its
+own, the run's folder, environment and SIGINT, stdin from /dev/null, stdout and stderr into the files, every orsgen
+module imported anew (none is preloaded but the server's), `python -m orsgen ARGV`, and a normal interpreter exit
+(its atexit handlers run).
 
 `python -m tests.harness.zygote`, driven by `tests/harness/servers.py` with one JSON line per request on stdin:
 `{"start": [specs], "port": N, "env": {...}}` or `{"run": ...}` -> `{"pid": P}`; `{"poll": P}` -> `{"returncode":
