@@ -6,7 +6,6 @@ run stopped at a checkpoint and resumed draws what the uninterrupted run drew; t
 opened before the difficulty order existed."""
 
 import collections
-import os
 
 import pytest
 from transformers import TrainerCallback
@@ -87,9 +86,8 @@ def test_two_ranks_draw_the_same_task_for_every_group(served, tmp_path):
     _, path = served
     steps, per_device, group, world = 8, 12, 8, 2
     argv, env = rankfork.command("tests.harness.coins", str(path), str(tmp_path / "out"), str(steps), str(per_device),
-                             str(group), "difficulty", nproc=world)
-    run = processes.run(argv, capture_output=True, text=True,
-                        env={**os.environ, **env, "ORSGEN_OPEN_AHEAD": "next-step"})
+                                 str(group), "difficulty", nproc=world, env={"ORSGEN_OPEN_AHEAD": "next-step"})
+    run = processes.run(argv, capture_output=True, text=True, env=env)
     assert run.returncode == 0, run.stderr[-3000:]
     lines = records(run.stdout, "reset", "rank")
     resets = [line["reset"] for line in lines if "reset" in line]

@@ -2,8 +2,6 @@
 their first start and go stale; the figures in the trainer's log_history equal what the server saw, step by step,
 on one and on two ranks; an evaluation pass on the test split reports its own and leaves training's alone."""
 
-import os
-
 import pytest
 
 from examples.tiny import tool_methods
@@ -104,7 +102,7 @@ def test_two_ranks_log_the_sums_of_both(server_and_module, tmp_path):
     tasks 0 and 2, rank 1 tasks 1 and 3), and both ranks log the same."""
     server, path = server_and_module
     argv, env = rankfork.command("tests.harness.metered", str(path), str(tmp_path / "out"), server.url)
-    run = processes.run(argv, capture_output=True, text=True, timeout=900, env={**os.environ, **env})
+    run = processes.run(argv, capture_output=True, text=True, timeout=900, env=env)
     assert run.returncode == 0, run.stderr[-3000:]
     reports = sorted(records(run.stdout, "rank"),
                      key=lambda r: r["rank"])

@@ -5,7 +5,6 @@ sessions open while scored and closed after; two torchrun ranks."""
 import json
 import logging
 import math
-import os
 import sys
 
 import pytest
@@ -122,7 +121,7 @@ def test_without_environments_outside_asyncgrpos_worker_group_reward_refuses_in_
 
 def torchrun(module, out, tasks: str, per_device: int) -> list[dict]:
     argv, env = rankfork.command("tests.harness.group_scoring", str(module), str(out), tasks, str(per_device))
-    run = processes.run(argv, capture_output=True, text=True, timeout=900, env={**os.environ, **env})
+    run = processes.run(argv, capture_output=True, text=True, timeout=900, env=env)
     assert run.returncode == 0, run.stderr[-3000:]
     return sorted(records(run.stdout, "rank"),
                   key=lambda r: r["rank"])

@@ -10,7 +10,6 @@ budget is refused in one line.
 CPU-heavy on 2 cores: the tiny model, 2 steps of 2 rollouts per process, groups of 2."""
 
 import json
-import os
 import subprocess
 from collections import Counter
 from pathlib import Path
@@ -38,10 +37,10 @@ def launch(path, out, data, nodes, env):
     port, per_node = servers.free_port(), WORLD // nodes
     server.peak_sessions()  # from here on
     launches = [rankfork.command("tests.harness.multinode", str(module_path), str(out), str(STEPS), str(PER_DEVICE),
-                             str(GENERATIONS), data, nproc=per_node, port=port, node=(node, nodes))
+                                 str(GENERATIONS), data, nproc=per_node, port=port, node=(node, nodes), env=env)
                 for node in range(nodes)]
-    started = [processes.popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               env={**os.environ, **env, **extra}) for argv, extra in launches]
+    started = [processes.popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environ)
+               for argv, environ in launches]
     try:
         ended = [p.communicate(timeout=processes.HANG) for p in started]
     finally:

@@ -26,8 +26,7 @@ sys.exit(int(sys.argv[2]) if os.environ["RANK"] == "1" else 0)
 
 def launch(tmp_path, *args: str):
     (tmp_path / "says.py").write_text(SAYS)
-    argv, env = rankfork.command("says", *args)
-    return argv, {**os.environ, **env, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ["PYTHONPATH"]])}
+    return rankfork.command("says", *args, env={"PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ["PYTHONPATH"]])})
 
 
 def test_a_forked_rank_gets_what_torchrun_gives_and_its_exit_code_goes_back(tmp_path):

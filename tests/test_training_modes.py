@@ -3,7 +3,6 @@ which task every rollout's session opened, per GRPO group, in one process, acros
 refusal of a reset without task_index from a thread outside the trainer (AsyncGRPOTrainer's thread pool)."""
 
 import concurrent.futures
-import os
 
 import pytest
 from orsgen.runtime import episode_of
@@ -103,8 +102,8 @@ def test_two_ranks_agree_on_the_task_of_a_group_that_spans_them(counted, module_
     steps, per_device, generations, world = 2, 3, 2, 2
     before = len(counted.creates())
     argv, env = rankfork.command("tests.harness.owned_data", str(module_path), str(tmp_path / "out"), str(steps),
-                             str(per_device), str(generations), nproc=world)
-    run = processes.run(argv, capture_output=True, text=True, env={**os.environ, **env, "ORSGEN_OPEN_AHEAD": open_ahead})
+                                 str(per_device), str(generations), nproc=world, env={"ORSGEN_OPEN_AHEAD": open_ahead})
+    run = processes.run(argv, capture_output=True, text=True, env=env)
     assert run.returncode == 0, run.stderr[-3000:]
     lines = records(run.stdout, "reset", "rank")
     resets = [line["reset"] for line in lines if "reset" in line]

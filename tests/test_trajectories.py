@@ -148,7 +148,7 @@ def test_two_ranks_write_disjoint_files_that_add_up_to_what_the_server_saw(modul
     path = tmp_path / "metered.py"
     directory = tmp_path / "traj"
     argv, env = rankfork.command("tests.harness.metered", str(path), str(tmp_path / "out"), server.url, str(directory))
-    run = processes.run(argv, capture_output=True, text=True, timeout=900, env={**os.environ, **env})
+    run = processes.run(argv, capture_output=True, text=True, timeout=900, env=env)
     assert run.returncode == 0, run.stderr[-3000:]
     assert sorted(p.name for p in directory.iterdir()) == ["trajectories-rank0.jsonl", "trajectories-rank1.jsonl"]
     ranks = [[json.loads(line) for line in (directory / f"trajectories-rank{r}.jsonl").read_text().splitlines()]

@@ -14,17 +14,17 @@ from typing import Any
 SOCKET = "ORSGEN_TEST_RANKS"  # the environment variable naming the zygote's socket
 
 
-def command(module: str, *args: str, nproc: int = 2, port: int | None = None,
-            node: tuple[int, int] | None = None) -> tuple[list[str], dict[str, str]]:
+def command(module: str, *args: str, nproc: int = 2, port: int | None = None, node: tuple[int, int] | None = None,
+            env: dict[str, str] | None = None) -> tuple[list[str], dict[str, str]]:
     """`python -m torch.distributed.run --nproc_per_node NPROC ... -m MODULE ARGS` on 127.0.0.1 (`node`: this
-    launch's node rank and the number of nodes, which share `port`), each rank forked by the zygote: (argv, the
-    environment to add)."""
+    launch's node rank and the number of nodes, which share `port`), each rank forked by the zygote: (argv, its
+    environment: this process's, `env`, and the zygote's socket)."""
     from tests.harness import servers
 
     nodes = ["--nnodes", str(node[1]), "--node_rank", str(node[0])] if node else []
     argv = [sys.executable, "-m", "torch.distributed.run", *nodes, "--nproc_per_node", str(nproc), "--master_addr",
             "127.0.0.1", "--master_port", str(port or servers.free_port()), "-m", "tests.harness.rankfork", module, *args]
-    return argv, {SOCKET: servers.ranks_socket()}
+    return argv, {**os.environ, **(env or {}), SOCKET: servers.ranks_socket()}
 
 
 def main() -> None:
