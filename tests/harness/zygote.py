@@ -2,12 +2,12 @@
 a server per start. A start then costs a fork instead of the SDK's import (about 4.5 s of CPU each, some 30 starts
 in the fast tier); the server is the same `Server` under uvicorn, with the environment (`env`) the start gave.
 
-It also runs commands that import the SDK (`orsgen eval`: some 40 runs in the fast tier, each paying the same
-import, and transformers' `get_json_schema`, also preloaded): `{"run": [argv], "cwd": ..., "env": {...}, "out":
-path, "err": path}` forks a child that becomes the command as a fresh interpreter would run it: a session of its
-own, the run's folder, environment and SIGINT, stdin from /dev/null, stdout and stderr into the files, every orsgen
-module imported anew (none is preloaded but the server's), `python -m orsgen ARGV`, and a normal interpreter exit
-(its atexit handlers run).
+It also runs commands that import the SDK (`orsgen eval`: some 40 runs in the fast tier, each paying the same import,
+and transformers' `get_json_schema`, torch, datasets and matplotlib, also preloaded): `{"run": [argv], "cwd": ...,
+"env": {...}, "out": path, "err": path}` forks a child that becomes the command as a fresh interpreter would run it: a
+session of its own, the run's folder, environment and SIGINT, stdin from /dev/null, stdout and stderr into the files,
+every orsgen module imported anew (none is preloaded but the server's), `python -m orsgen ARGV`, and a normal
+interpreter exit (its atexit handlers run).
 
 `python -m tests.harness.zygote`, driven by `tests/harness/servers.py` with one JSON line per request on stdin:
 `{"start": [specs], "port": N, "env": {...}}` or `{"run": ...}` -> `{"pid": P}`; `{"poll": P}` -> `{"returncode":
@@ -22,6 +22,7 @@ to the rank, which exits with it. A rank that dies takes its child with it.
 """
 
 import contextlib
+import gc
 import json
 import os
 import runpy
@@ -121,9 +122,19 @@ def _path(pythonpath: str) -> set[str]:
 
 
 def main() -> None:
-    import uvicorn  # noqa: F401 - preloaded: what every server imports
+    # Preloaded, so that a forked child skips them: uvicorn and the SDK's Server, what every server imports; what each
+    # `orsgen eval` run imports (measured: 7.7 s of CPU a run, 1.5 s with these): transformers' get_json_schema, which
+    # reads its tools (1.4 s) and imports torch on its first type hint (4 s), datasets for the task rows (1.5 s),
+    # matplotlib for the run's picture (1.6 s). A command whose PYTHONPATH shadows one of them imports its own (_path).
+    import datasets  # noqa: F401
+    import matplotlib
+    import torch
+    import uvicorn  # noqa: F401
     from openreward.environments import Server  # noqa: F401
-    from transformers.utils import get_json_schema  # noqa: F401 - what `orsgen eval` reads tools with (1.4 s a run)
+    from transformers.utils import get_json_schema  # noqa: F401
+
+    matplotlib.use("Agg")  # as orsgen.evaluate.plot selects it
+    import matplotlib.pyplot
 
     from tests.harness import servers  # noqa: F401 - and the request log
 
@@ -135,6 +146,7 @@ def main() -> None:
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         listener.bind(sys.argv[2])
         listener.listen(64)
+    gc.freeze()  # what is preloaded: a forked child's collections skip it (and copy none of its pages)
     running: set[int] = set()
     ranks: dict[int, socket.socket] = {}  # a rank's child -> the connection its status goes back on
     while True:
