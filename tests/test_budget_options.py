@@ -12,6 +12,7 @@ from pathlib import Path
 import black
 import pytest
 from orsgen.blackfast import MODE
+from orsgen.model.typeddicts import parsed  # ast.parse, again after CPython 3.11's thread race (gh-106905)
 from transformers.utils import get_json_schema
 
 from tests.harness import ROOT
@@ -69,7 +70,7 @@ def project(folder: Path, url: str, table: str = "") -> Path:
 
 def literal(text: str, name: str) -> object:
     """A top-level constant of a module's text, read without importing it."""
-    for node in ast.parse(text).body:
+    for node in parsed(text).body:
         if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id == name:
             assert node.value is not None
             return ast.literal_eval(node.value)

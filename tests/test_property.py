@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
+from orsgen.model.typeddicts import parsed  # ast.parse, again after CPython 3.11's thread race (gh-106905)
 from orsgen.pipeline import from_tools
 from transformers.utils import get_json_schema
 
@@ -247,7 +248,7 @@ def parse(data: Any) -> list[dict[str, Any]]:
 def check_module(data: Any, env: str = "env") -> tuple[types.ModuleType, dict[str, Any], list[dict[str, Any]]]:
     """Every property shared by all tests; returns (module, methods by wire name, the tools as written)."""
     text, adapter = from_tools(data, env=env)
-    tree = ast.parse(text)
+    tree = parsed(text)
     code_names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
     code_names |= {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
     assert not code_names & {"__import__", "system", "touch"}, "description text became code"

@@ -9,6 +9,7 @@ import weakref
 from pathlib import Path
 
 import pytest
+from orsgen.model.typeddicts import parsed  # ast.parse, again after CPython 3.11's thread race (gh-106905)
 
 from tests.envs.flaky import BROKEN, NORMAL
 from tests.harness import servers
@@ -33,7 +34,7 @@ def imports_of(path: Path) -> set[str]:
         for child in ast.iter_child_nodes(node):
             visit(child)
 
-    visit(ast.parse(path.read_text(encoding="utf-8")))
+    visit(parsed(path.read_text(encoding="utf-8")))
     return found
 
 

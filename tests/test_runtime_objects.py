@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 
 import pytest
+from orsgen.model.typeddicts import parsed  # ast.parse, again after CPython 3.11's thread race (gh-106905)
 from orsgen.runtime import Adapter, Unscored, close_all, episode_of, open_sessions, settings
 
 from tests.harness import servers
@@ -26,7 +27,7 @@ def sources(path: Path) -> list[Path]:
 
 
 def trees(path: Path) -> list[ast.Module]:
-    return [ast.parse(source.read_text(encoding="utf-8")) for source in sources(path)]
+    return [parsed(source.read_text(encoding="utf-8")) for source in sources(path)]
 CANARY = "canary-27-not-for-files"
 
 
@@ -35,7 +36,7 @@ CANARY = "canary-27-not-for-files"
 
 def adapter_privates() -> set[str]:
     """The private names of `Adapter`: its methods and attributes (`self._x = ...` in adapter.py)."""
-    tree = ast.parse(MODULES["adapter"].read_text(encoding="utf-8"))
+    tree = parsed(MODULES["adapter"].read_text(encoding="utf-8"))
     cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Adapter")
     names = {n.name for n in cls.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
     names |= {t.attr for n in ast.walk(cls) if isinstance(n, (ast.Assign, ast.AnnAssign))
@@ -277,7 +278,7 @@ def stores(tree: ast.Module) -> set[str]:
 
 
 def test_the_store_count_sees_each_kind_of_store():
-    sample = ast.parse("import functools, weakref\nA = {}\nB = []\nC = {'x': 1}\nD = weakref.WeakSet()\nE = None\n"
+    sample = parsed("import functools, weakref\nA = {}\nB = []\nC = {'x': 1}\nD = weakref.WeakSet()\nE = None\n"
                        "class H:\n    def __init__(self):\n        self.x = 1\nF = H()\n"
                        "def put(k):\n    global E\n    E = k\n    A[k] = 1\n    B.append(k)\n"
                        "@functools.cache\ndef g():\n    return C['x']\n")

@@ -5,6 +5,8 @@ import ast
 import re
 import tomllib
 
+from orsgen.model.typeddicts import parsed  # ast.parse, again after CPython 3.11's thread race (gh-106905)
+
 from tests.harness import ROOT
 
 TESTS = ROOT / "tests"
@@ -32,7 +34,7 @@ def is_test_module(name: str) -> bool:
 def test_no_test_module_imports_another_in_its_code_or_in_the_scripts_it_runs():
     found = []
     for path in module_files() + sorted((TESTS / "harness").glob("*.py")) + [TESTS / "conftest.py"]:
-        tree = ast.parse(path.read_text(encoding="utf-8"))
+        tree = parsed(path.read_text(encoding="utf-8"))
         names = imported(tree)
         for node in ast.walk(tree):  # a script in a string (python -c): its imports too
             if isinstance(node, ast.Constant) and isinstance(node.value, str) and "import" in node.value:
@@ -43,7 +45,7 @@ def test_no_test_module_imports_another_in_its_code_or_in_the_scripts_it_runs():
 
 def test_the_checker_sees_an_import_of_a_test_module():
     source = "import tests." + "test_a\nfrom tests." + "test_b import helper\nfrom tests.harness import servers\n"
-    tree = ast.parse(source)
+    tree = parsed(source)
     assert sorted(n for n in imported(tree) if is_test_module(n)) == ["tests.test_a", "tests.test_b"]
 
 
