@@ -30,7 +30,7 @@ $(PY):
 # No bytecode at install (as uv does): pip compiles every module of torch, transformers, sympy..., of which a run
 # imports a few. The last line imports those once, in two processes at once, which writes their bytecode (else the
 # first processes of a run, two test workers and more, each compile the same modules at once) and fails here if the
-# install is broken. Measured in CI: setup 173 s -> 127 s, its imports included.
+# install is broken. Measured in CI: setup 173 s -> 119 s, its imports included.
 setup: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml setup.py | $(PY)
