@@ -279,9 +279,9 @@ def stores(tree: ast.Module) -> set[str]:
 
 def test_the_store_count_sees_each_kind_of_store():
     sample = parsed("import functools, weakref\nA = {}\nB = []\nC = {'x': 1}\nD = weakref.WeakSet()\nE = None\n"
-                       "class H:\n    def __init__(self):\n        self.x = 1\nF = H()\n"
-                       "def put(k):\n    global E\n    E = k\n    A[k] = 1\n    B.append(k)\n"
-                       "@functools.cache\ndef g():\n    return C['x']\n")
+                    "class H:\n    def __init__(self):\n        self.x = 1\nF = H()\n"
+                    "def put(k):\n    global E\n    E = k\n    A[k] = 1\n    B.append(k)\n"
+                    "@functools.cache\ndef g():\n    return C['x']\n")
     assert stores(sample) == {"A", "B", "D", "E", "F", "g"}  # C is a table nobody changes
 
 
