@@ -32,12 +32,20 @@ os.environ.setdefault("ORSGEN_WIRE_BACKOFF_SCALE", "0.05")
 TIER_TIMEOUT = {"slow": 600, "trainer": 1200, "install": 1200}
 
 
-def pytest_collection_modifyitems(items):
+def pytest_collection_modifyitems(config, items):
+    long = set()
     for item in items:
-        if item.get_closest_marker("timeout") is None:
-            tiers = [TIER_TIMEOUT[m.name] for m in item.iter_markers() if m.name in TIER_TIMEOUT]
-            if tiers:
-                item.add_marker(pytest.mark.timeout(max(tiers)))
+        tier = max([TIER_TIMEOUT[m.name] for m in item.iter_markers() if m.name in TIER_TIMEOUT],
+                   default=float(config.getini("timeout")))
+        own = item.get_closest_marker("timeout")
+        if own is None:
+            item.add_marker(pytest.mark.timeout(tier))
+        elif (own.args[0] if own.args else own.kwargs.get("timeout", 0)) > tier:
+            long.add(item.nodeid)
+    # A test given longer than its tier is a long one (the own-project path: 2.5 minutes): those start first, the rest
+    # keep pytest-randomly's order (it shuffles before this hook), so none begins last and holds a worker alone at the
+    # end of the run.
+    items.sort(key=lambda item: item.nodeid not in long)
 
 
 @pytest.fixture(scope="session")
