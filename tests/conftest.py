@@ -49,6 +49,14 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture(scope="session")
+def run_tmp(tmp_path_factory):
+    """A folder every worker of this test run shares (pytest-xdist gives each its own basetemp inside it), for what
+    is built once a run: the tiny model behind `transformers serve` (tests/harness/tiny_serve.py)."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+@pytest.fixture(scope="session")
 def echo_server():
     with servers.running("examples.echo:Echo") as server:
         yield server

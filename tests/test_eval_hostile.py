@@ -412,7 +412,7 @@ def test_a_conversation_refused_for_the_models_own_call_is_the_models_failure(gr
 
 
 @pytest.fixture(scope="module")
-def echo_served(tmp_path_factory):
+def echo_served(tmp_path_factory, run_tmp):
     """The echo environment served and its module generated, and the tiny model warmed up on the tools the eval
     offers, behind `transformers serve`: (env server, module path, Served)."""
     from orsgen.evaluate.target import tool_methods
@@ -420,14 +420,14 @@ def echo_served(tmp_path_factory):
 
     from tests.harness.generation import load
     from tests.harness.tiny_serve import serving as serving_model
-    from tests.harness.tiny_serve import tiny_model_dir
+    from tests.harness.tiny_serve import shared_model_dir
 
     with servers.running("examples.echo:Echo", env={"ORSGEN_COUNT_REQUESTS": "1"}) as env_server:
         module = tmp_path_factory.mktemp("echo-module") / "echo.py"
         made = in_process(env_server.url, "-o", str(module))
         assert made.returncode == 0, made.stderr
         tools = [get_json_schema(method) for method in tool_methods(load(module).Echo())]
-        model_dir = tiny_model_dir(tmp_path_factory.mktemp("tiny-serve") / "model", tools=tools)
+        model_dir = shared_model_dir(run_tmp, tools)  # test_eval_trained.py's model (the same tools)
         with serving_model(model_dir) as served:
             yield env_server, module, served
 

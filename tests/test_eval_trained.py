@@ -53,15 +53,15 @@ def offered_tools(module) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def served(echo_module, tmp_path_factory):
+def served(echo_module, run_tmp):
     """The tiny model, built and warmed up once on the tools the eval offers, behind `transformers serve`:
     (Served, its build_info, the tools). Warmed up on the harness's default tools (echo alone) the model sees another
     prompt in the eval and writes no parseable call at all."""
-    from tests.harness.tiny_serve import build_info, serving, tiny_model_dir
+    from tests.harness.tiny_serve import build_info, serving, shared_model_dir
 
     tools = offered_tools(echo_module[1])
     assert [t["function"]["name"] for t in tools] == ["echo", "hint"]
-    model_dir = tiny_model_dir(tmp_path_factory.mktemp("tiny-serve") / "model", tools=tools)
+    model_dir = shared_model_dir(run_tmp, tools)  # built once for the run's workers (test_eval_hostile.py's too)
     info = build_info(model_dir)
     assert info is not None, model_dir
     with serving(model_dir) as server:

@@ -27,6 +27,8 @@ Nothing here imports pytest.
 """
 
 import contextlib
+import fcntl
+import hashlib
 import json
 import os
 import subprocess
@@ -46,8 +48,8 @@ from examples.echo import WORDS
 from examples.serve import HOST, free_port
 from tests.harness import processes
 
-__all__ = ["HOST", "MARKER", "Served", "build_info", "command", "echo_conversations", "echo_tools", "serving", "start",
-           "tiny_model_dir"]
+__all__ = ["HOST", "MARKER", "Served", "build_info", "command", "echo_conversations", "echo_tools", "serving",
+           "shared_model_dir", "start", "tiny_model_dir"]
 
 MARKER = tiny.MARKER  # written last into a built directory: its settings and how the warm-up went
 
@@ -141,6 +143,17 @@ def tiny_model_dir(
     warm["seconds"] = round(time.monotonic() - start, 1)
     (path / MARKER).write_text(json.dumps({"settings": settings, **warm}, indent=1))
     return path
+
+
+def shared_model_dir(root: Path, tools: Sequence[dict[str, Any]]) -> Path:
+    """`tiny_model_dir` for `tools` in `root`, built once for every process sharing `root` (a test run's workers:
+    tests/conftest.py's `run_tmp`): the first builds it under an exclusive lock, the others wait on the lock and reuse
+    the build."""
+    key = hashlib.sha256(json.dumps(list(tools), sort_keys=True).encode()).hexdigest()[:12]
+    Path(root).mkdir(parents=True, exist_ok=True)
+    with (Path(root) / f"tiny-{key}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return tiny_model_dir(Path(root) / f"tiny-{key}", tools=tools)
 
 
 @dataclass
