@@ -141,12 +141,14 @@ FILE_SIZE_LIMIT = 9_000  # bytes any file of the process may grow to: run.json a
 
 def limited(*args, cwd, limit):
     """`orsgen eval` in a process whose files may not grow past `limit` bytes (RLIMIT_FSIZE): a write past it fails
-    with EFBIG, as a full disk fails one with ENOSPC (Python ignores SIGXFSZ, so the write returns the error)."""
+    with EFBIG, as a full disk fails one with ENOSPC (Python ignores SIGXFSZ, so the write returns the error). It writes
+    no bytecode: CPython keeps a .pyc its write cut short, which every later process of the venv then fails to load."""
     def cap():
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
 
     return subprocess.run([sys.executable, "-m", "orsgen", "eval", *args], check=False, capture_output=True, text=True,
-                          cwd=cwd, env=evaluation.environ(), timeout=300, preexec_fn=cap)
+                          cwd=cwd, env={**evaluation.environ(), "PYTHONDONTWRITEBYTECODE": "1"}, timeout=300,
+                          preexec_fn=cap)
 
 
 def test_a_full_disk_stops_the_run_with_what_was_saved_and_the_resume_line(graded, tmp_path):

@@ -73,6 +73,7 @@ from tests.harness.generation import load
 from orsgen.runtime import Recorder
 logging.basicConfig(format="%(message)s")
 mod = load(__import__("pathlib").Path({module!r}))
+sys.dont_write_bytecode = True  # CPython keeps a .pyc its write cut short: every later process would fail to load it
 resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))  # a disk with 4 KiB left for this process
 recorder = Recorder({directory!r})
 for i in range(6):

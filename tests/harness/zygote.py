@@ -3,7 +3,7 @@ a server per start. A start then costs a fork instead of the SDK's import (about
 in the fast tier); the server is the same `Server` under uvicorn, with the environment (`env`) the start gave.
 
 It also runs commands that import the SDK (`orsgen eval`: some 40 runs in the fast tier, each paying the same import,
-and transformers' `get_json_schema`, torch, datasets and matplotlib, also preloaded): `{"run": [argv], "cwd": ...,
+and transformers' `get_json_schema`, datasets and matplotlib, also preloaded): `{"run": [argv], "cwd": ...,
 "env": {...}, "out": path, "err": path}` forks a child that becomes the command as a fresh interpreter would run it: a
 session of its own, the run's folder, environment and SIGINT, stdin from /dev/null, stdout and stderr into the files,
 every orsgen module imported anew (none is preloaded but the server's), `python -m orsgen ARGV`, and a normal
@@ -123,12 +123,12 @@ def _path(pythonpath: str) -> set[str]:
 
 def main() -> None:
     # Preloaded, so that a forked child skips them: uvicorn and the SDK's Server, what every server imports; what each
-    # `orsgen eval` run imports (measured: 7.7 s of CPU a run, 1.5 s with these): transformers' get_json_schema, which
-    # reads its tools (1.4 s) and imports torch on its first type hint (4 s), datasets for the task rows (1.5 s),
-    # matplotlib for the run's picture (1.6 s). A command whose PYTHONPATH shadows one of them imports its own (_path).
+    # `orsgen eval` run imports: transformers' get_json_schema, which reads its tools (1.4 s of CPU), datasets for the
+    # task rows (1.5 s), matplotlib for the run's picture (1.6 s). Not torch, which `orsgen eval` does not import
+    # (tests/test_eval_schemas.py): its children run as a user's do. A command whose PYTHONPATH shadows one of them
+    # imports its own (_path).
     import datasets  # noqa: F401
     import matplotlib
-    import torch
     import uvicorn  # noqa: F401
     from openreward.environments import Server  # noqa: F401
     from transformers.utils import get_json_schema  # noqa: F401

@@ -18,7 +18,7 @@ from orsgen.errors import OrsgenError
 W = TypeVar("W")
 FILES_PER_EPISODE = 3  # open files an episode in flight may hold: its environment and endpoint connections and one
 # closing (measured by bench/eval_scale.py: 1.4 per episode at 512 at once, the process's own included)
-FILES_BASE = 128  # what the process holds besides (about 50: the interpreter, torch and the SDK, the records)
+FILES_BASE = 128  # what the process holds besides (about 50: the interpreter, the SDK, the records)
 BUSY_REQUEUES = 5  # times an episode's start may be refused for capacity (after the runtime's retries) before the
 # run stops: the environment stays full with one episode at a time
 
@@ -96,7 +96,7 @@ def open_files(concurrency: int) -> None:
 
 @contextlib.contextmanager
 def frozen_heap() -> Iterator[None]:
-    """What the process holds before the episodes (the SDK, openai, transformers and the torch it imports: some 600,000
+    """What the process holds before the episodes (the SDK, openai, transformers: hundreds of thousands of
     objects) kept out of the garbage collector's full collections while they run, then given back. Each of those walked
     them all: a pause of 0.2-0.4 s on the runtime's loop, which every request goes through (0.03-0.05 s frozen;
     measured in bench/eval_scale.py's runs at --concurrency 128)."""

@@ -1,0 +1,40 @@
+"""`orsgen eval` offers the model each tool as TRL does (transformers' `get_json_schema`) without importing torch, which
+transformers imports at every typed parameter only to map `torch.Tensor`: a fresh interpreter (the tests' zygote has
+torch loaded) makes every golden module's schemas, then imports torch and makes them again as a trainer would."""
+
+import json
+import subprocess
+import sys
+
+from tests.harness import ROOT
+from tests.harness.evaluation import environ
+
+SCRIPT = """
+import importlib.util, json, pathlib, sys
+from orsgen.evaluate.target import _json_schemas, tool_methods
+from transformers.utils import chat_template_utils, get_json_schema
+
+classes = []
+for path in sorted(pathlib.Path("tests/golden").glob("*/expected.py")):
+    spec = importlib.util.spec_from_file_location("golden_" + path.parent.name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    classes += [cls for _, cls in sorted(module.ENVIRONMENTS.items())]
+without = [_json_schemas(tool_methods(cls())) for cls in classes]
+loaded = "torch" in sys.modules
+patched = chat_template_utils.is_torch_available()  # given back: transformers sees torch again
+import torch
+with_torch = [[get_json_schema(method) for method in tool_methods(cls())] for cls in classes]
+print(json.dumps({"classes": len(classes), "loaded": loaded, "available": patched, "same": without == with_torch,
+                  "tools": sum(map(len, without))}))
+"""
+
+
+def test_eval_makes_the_tools_trls_get_json_schema_makes_without_importing_torch():
+    done = subprocess.run([sys.executable, "-c", SCRIPT], cwd=ROOT, env=environ(), capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout.splitlines()[-1])
+    assert seen["classes"] >= 8 and seen["tools"] >= 20, seen  # every golden case, task-tool classes included
+    assert seen == {**seen, "loaded": False, "available": True, "same": True}
