@@ -1,12 +1,11 @@
 """`orsgen eval` offers the model each tool as TRL does (transformers' `get_json_schema`) without importing torch, which
-transformers imports at every typed parameter only to map `torch.Tensor`: a fresh interpreter (the tests' zygote has
-torch loaded) makes every golden module's schemas, then imports torch and makes them again as a trainer would."""
+transformers imports at every typed parameter only to map `torch.Tensor`: a fresh interpreter (a test worker has torch
+loaded) makes every golden module's schemas, then imports torch and makes them again as a trainer would."""
 
 import json
-import subprocess
 import sys
 
-from tests.harness import ROOT
+from tests.harness import ROOT, processes
 from tests.harness.evaluation import environ
 
 SCRIPT = """
@@ -32,8 +31,7 @@ print(json.dumps({"classes": len(classes), "loaded": loaded, "available": patche
 
 
 def test_eval_makes_the_tools_trls_get_json_schema_makes_without_importing_torch():
-    done = subprocess.run([sys.executable, "-c", SCRIPT], cwd=ROOT, env=environ(), capture_output=True, text=True,
-                          timeout=120, check=False)
+    done = processes.run([sys.executable, "-c", SCRIPT], cwd=ROOT, env=environ(), capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-3000:]
     seen = json.loads(done.stdout.splitlines()[-1])
     assert seen["classes"] >= 8 and seen["tools"] >= 20, seen  # every golden case, task-tool classes included

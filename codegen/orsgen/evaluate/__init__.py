@@ -74,7 +74,7 @@ def measure(invocation: Invocation) -> int:
     try:
         if todo:
             first = todo[0].member
-            model.check_served()  # before the tools' schemas: a mistyped model costs no import of transformers' schemas
+            model.check_served()  # before the tools' schemas are made: a mistyped model is its first error
             model.check_tools(first.schemas(first.adapter_class(todo[0].row)))
             for member in members:
                 member.check()

@@ -96,7 +96,7 @@ def open_files(concurrency: int) -> None:
 
 @contextlib.contextmanager
 def frozen_heap() -> Iterator[None]:
-    """What the process holds before the episodes (the SDK, openai, transformers: hundreds of thousands of
+    """What the process holds before the episodes (the SDK, openai, transformers, datasets, matplotlib: some 440,000
     objects) kept out of the garbage collector's full collections while they run, then given back. Each of those walked
     them all: a pause of 0.2-0.4 s on the runtime's loop, which every request goes through (0.03-0.05 s frozen;
     measured in bench/eval_scale.py's runs at --concurrency 128)."""
