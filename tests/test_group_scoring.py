@@ -11,7 +11,7 @@ import pytest
 
 from tests.harness import processes, rankfork, records, servers
 from tests.harness.generation import orsgen
-from tests.harness.group_scoring import ANSWERS, SCORES, train
+from tests.harness.group_scoring import ANSWERS, PHASE, SCORES, train
 from tests.harness.servers import settle
 
 pytestmark = pytest.mark.trainer  # trains or runs TRL code: also under the oldest TRL (.ci/trl-oldest)
@@ -23,6 +23,11 @@ def judged(tmp_path):
     log = tmp_path / "judged.jsonl"
     with servers.running("tests.envs.judged:Judged", env={"ORSGEN_COUNT_REQUESTS": "1", "JUDGED_LOG": str(log)}) as s:
         yield s, log
+
+
+def failed(stderr: str) -> str:
+    """What the worker's process said of its end: when each phase began, then the last of its stderr."""
+    return "\n".join([*(line for line in stderr.splitlines() if line.startswith(PHASE)), stderr[-3000:]])
 
 
 def requests_of(log) -> list[dict]:
@@ -159,7 +164,7 @@ def test_asyncgrpo_rollout_worker_scores_each_group_once_on_one_of_its_sessions(
     assert orsgen(server.url, "-o", str(path)).returncode == 0
     run = processes.run([sys.executable, "-m", "tests.harness.group_scoring", "async", str(path)],
                         capture_output=True, text=True)
-    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.returncode == 0, failed(run.stderr)
     (line,) = records(run.stdout, "error")
     assert line["error"] == "NoneType" and not line["failed"], line
     assert line["open_sessions"] == 0
@@ -207,7 +212,7 @@ def test_asyncgrpo_worker_leaves_a_rollout_that_never_started_out_of_its_groups_
         assert orsgen(server.url, "-o", str(path)).returncode == 0
         run = processes.run([sys.executable, "-m", "tests.harness.group_scoring", "async", str(path), "Judgedflaky"],
                             capture_output=True, text=True)
-        assert run.returncode == 0, run.stderr[-3000:]
+        assert run.returncode == 0, failed(run.stderr)
         (line,) = records(run.stdout, "error")
         assert line["error"] == "NoneType" and not line["failed"], line
         first = [s for s in line["samples"] if s["group"] == 0]

@@ -7,6 +7,8 @@ Rollout k of a group answers ANSWERS[k] (None: no tool call), so the judge's sco
 import json
 import os
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +19,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 ANSWERS = ["Paris", "It is Paris", "Rome", None]
 SCORES = [1.0, 0.5, 0.25, 0.0]  # what the judge gives them on task 0 (shortest correct answer wins)
+STARTED = time.monotonic()  # about when the process started: this module is its main one
+PHASE = "group_scoring:"  # the lines that say when each phase began
 
 
 def train(module: Any, out_dir: str, indices: list[int], per_device: int = 8, steps: int = 2,
@@ -77,6 +81,16 @@ def main(module_path: str, out_dir: str, tasks: str, per_device: str) -> None:
                       "steps": trainer.state.global_step})
 
 
+def phases() -> Callable[[str], None]:
+    """`said(what)` prints when `what` happened, in seconds since the process started, on stderr: what a failure shows
+    of where its time went (tests/test_group_scoring.py prints these lines)."""
+
+    def said(what: str) -> None:
+        print(f"{PHASE} {what} at {time.monotonic() - STARTED:.1f} s", file=sys.stderr, flush=True)
+
+    return said
+
+
 def async_worker(module_path: str, name: str = "Judged") -> None:
     """TRL's AsyncGRPO rollout worker (driven as tests/test_async_grpo.py drives it) with group_reward in its
     reward_funcs, in a process of its own, on tasks 0 and 2 (whose judge fails) of the module's class `name`: the n-th
@@ -92,6 +106,7 @@ def async_worker(module_path: str, name: str = "Judged") -> None:
     from tests.harness.completions import serving
     from tests.harness.generation import load as load_module
 
+    said = phases()
     module = load_module(Path(module_path))
     rows = module.dataset(indices=[0, 2], prompts=True)
     tok = tiny.tokenizer([[*row["prompt"][:-1], *tiny.conversation(row["task_prompt"], "answer", {"text": a},
@@ -110,6 +125,7 @@ def async_worker(module_path: str, name: str = "Judged") -> None:
     def two_groups(samples: list[Any]) -> bool:
         return all(sum(s.group_id == g for s in samples) >= 4 for g in (0, 1))
 
+    said("the rows and the tokenizer made")
     with serving(tok, script) as completions:
         run = run_worker(
             two_groups, timeout=90,
@@ -117,6 +133,7 @@ def async_worker(module_path: str, name: str = "Judged") -> None:
             eos_token_ids=[tok.eos_token_id], environment_factory=getattr(module, name), num_generations=4,
             max_inflight_tasks=4, vllm_server_url=completions.url, max_tokens=64, max_tool_calling_iterations=1,
         )
+    said("the worker stopped")
     module.close_all()
     samples = []
     for s in run.samples:
@@ -136,7 +153,9 @@ if __name__ == "__main__":
     if sys.argv[1] == "async":
         import faulthandler
 
-        faulthandler.dump_traceback_later(240, exit=True)  # a hang shows its threads' stacks (the test waits 300 s)
+        # A hang shows its threads' stacks: after the worker's own bounds (ready 60 s, samples 90 s, stop 60 s) and the
+        # set-up before them, each of which fails with its own line, and before the test's (processes.HANG, 600 s).
+        faulthandler.dump_traceback_later(480, exit=True)
         async_worker(*sys.argv[2:4])
     else:
         main(*sys.argv[1:5])
