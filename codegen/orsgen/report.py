@@ -21,6 +21,7 @@ from orsgen.config import TOOL_BUDGET_OPTIONS
 from orsgen.model import Adapter, Param, Terminal, Tool, docs
 from orsgen.model.lost import as_json
 from orsgen.model.typemap import Node
+from orsgen.offered import json_schema
 
 JSON_TYPES = {"string", "integer", "number", "boolean", "array", "object", "null"}
 MARKDOWN_HEADER = "| tool | argument | wire -> python | model sees | in text | lost |"
@@ -30,7 +31,7 @@ def seen_schemas(text: str, adapter: Adapter) -> dict[str, dict[str, Any]]:
     """wire tool name -> get_json_schema(method)["function"], from the generated module itself: the base class's
     tools and every variant class's (tool names are unique across the classes of one module)."""
     try:
-        from transformers.utils import get_json_schema
+        import transformers.utils  # noqa: F401
     except ImportError:
         from orsgen import extras
         from orsgen.errors import OrsgenError
@@ -53,7 +54,7 @@ def seen_schemas(text: str, adapter: Adapter) -> dict[str, dict[str, Any]]:
         instance = getattr(module, class_name)()
         for tool in tools:
             if tool.wire_name not in found:
-                found[tool.wire_name] = get_json_schema(getattr(instance, tool.py_name))["function"]
+                found[tool.wire_name] = json_schema(getattr(instance, tool.py_name))["function"]
     return found
 
 

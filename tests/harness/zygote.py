@@ -125,7 +125,7 @@ def main() -> None:
     # Preloaded, so that a forked child skips them: uvicorn and the SDK's Server, what every server imports; what each
     # `orsgen eval` run imports: transformers' get_json_schema, which reads its tools (1.4 s of CPU), datasets for the
     # task rows (1.5 s), matplotlib for the run's picture (1.6 s). Not torch, which `orsgen eval` does not import
-    # (tests/test_eval_schemas.py): its children run as a user's do. A command whose PYTHONPATH shadows one of them
+    # (tests/unit/test_offered.py): its children run as a user's do. A command whose PYTHONPATH shadows one of them
     # imports its own (_path).
     import datasets  # noqa: F401
     import matplotlib

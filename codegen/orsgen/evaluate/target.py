@@ -7,7 +7,6 @@ import importlib
 import inspect
 import os
 import sys
-import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -65,29 +64,11 @@ class Member:
 
     def schemas(self, cls: type) -> list[dict[str, Any]]:
         """`get_json_schema` of each tool method, in the order TRL lists them (what the model is offered)."""
-        with _SCHEMAS:  # the first episodes ask at once, each on its thread
-            if cls not in self._schemas:
-                self._schemas[cls] = _json_schemas(tool_methods(cls()))
+        if cls not in self._schemas:  # every class's, on the main thread before the episodes (evaluate.measure)
+            from orsgen.offered import json_schema
+
+            self._schemas[cls] = [json_schema(method) for method in tool_methods(cls())]
         return self._schemas[cls]
-
-
-_SCHEMAS = threading.Lock()
-
-
-def _json_schemas(methods: list[Any]) -> list[dict[str, Any]]:
-    """`get_json_schema` of each method, without importing torch (2 s of CPU, and most of the process's memory):
-    transformers imports it at each typed parameter only to map `torch.Tensor`, which no generated tool takes. So its
-    `is_torch_available` says no while the schemas are made, unless torch is loaded already (then it maps as TRL's)."""
-    from transformers.utils import chat_template_utils, get_json_schema
-
-    saved = getattr(chat_template_utils, "is_torch_available", None)
-    if saved is not None and "torch" not in sys.modules:
-        chat_template_utils.is_torch_available = lambda: False
-    try:
-        return [get_json_schema(method) for method in methods]
-    finally:
-        if saved is not None:
-            chat_template_utils.is_torch_available = saved
 
 
 def tool_methods(instance: Any) -> list[Any]:
