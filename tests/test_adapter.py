@@ -9,7 +9,7 @@ import pytest
 from orsgen.runtime import episode_of
 from transformers.utils import get_json_schema
 
-from tests.harness import processes
+from tests.harness import processes, rankfork
 from tests.harness.generation import in_process, load
 from tests.harness.trainers import tools_by_name
 
@@ -111,8 +111,8 @@ def test_catalog_target_uses_session_url_and_never_stores_the_key(echo_server, t
         f"import sys; sys.path.insert(0, {str(tmp_path)!r}); import catalog; a = catalog.Echo(); "
         "print(a.reset(task_index=1)); print(a.echo(text='grape'), a.get_reward()); catalog.close_all()"
     )
-    run = processes.run([sys.executable, "-c", code], capture_output=True, text=True,
-                        env={**__import__("os").environ, **env})
+    argv, environ = rankfork.python("-c", code, env={**__import__("os").environ, **env})
+    run = processes.run(argv, env=environ, capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
     assert run.stdout.split("\n")[:2] == ["Echo the word grape", "grape 1.0"]
 

@@ -8,7 +8,7 @@ import sys
 import pytest
 from orsgen.runtime import calls, hooks
 
-from tests.harness import processes, trainers
+from tests.harness import processes, rankfork, trainers
 from tests.harness.generation import served
 from tests.harness.trainers import tool_methods
 
@@ -158,7 +158,8 @@ mod.close_all()
 def test_a_call_that_is_not_the_one_started_ahead_is_a_warning_and_turns_the_feature_off(tally):
     server, mod = tally
     script = MISMATCH.format(paths=sys.path, path=str(mod.__file__), url=server.url)
-    run = processes.run([sys.executable, "-c", script], capture_output=True, text=True)
+    argv, env = rankfork.python("-c", script)
+    run = processes.run(argv, env=env, capture_output=True, text=True)
     assert run.returncode == 0, run.stderr[-2000:]
     out = run.stdout.splitlines()
     assert out[0] == "total 6 after 2 calls"  # the call started ahead ran; TRL's then ran as asked
@@ -234,8 +235,8 @@ raise RuntimeError("the trainer crashed")
 @pytest.mark.slow
 def test_a_process_that_dies_with_a_call_started_ahead_leaves_nothing_running_or_open(tally):
     server, mod = tally
-    run = processes.run([sys.executable, "-c", EXITS.format(paths=sys.path, path=str(mod.__file__), url=server.url)],
-                        capture_output=True, text=True)
+    argv, env = rankfork.python("-c", EXITS.format(paths=sys.path, path=str(mod.__file__), url=server.url))
+    run = processes.run(argv, env=env, capture_output=True, text=True)
     assert run.returncode == 1 and "the trainer crashed" in run.stderr, run.stderr[-2000:]
     sid = run.stdout.strip()
     [call] = [e for e in server.log() if e["session"] == sid and e["request"].endswith("/call")]

@@ -2,14 +2,14 @@
 that are already running or done cannot be called back, so they are kept for the TRL calls they are; only those not
 begun are dropped. Before, every call started ahead was forgotten at the mismatch, and TRL's own call of one that
 had been sent already was sent again: the environment saw it twice. A fresh interpreter (the mismatch turns the
-feature off for its process), the tally environment served with its log of calls per session."""
+feature off for its process: forked with TRL imported, tests/harness/rankfork.py), the tally environment served with its log of calls per session."""
 
 import json
-import subprocess
 import sys
 
 import pytest
 
+from tests.harness import processes, rankfork
 from tests.harness.generation import served
 
 SCRIPT = """
@@ -53,7 +53,8 @@ def tally(tmp_path_factory):
 def test_a_call_already_sent_at_a_mismatch_is_taken_by_trls_call_not_sent_again(tally):
     server, mod = tally
     script = SCRIPT.format(paths=sys.path, path=str(mod.__file__), url=server.url)
-    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=180, check=False)
+    argv, env = rankfork.python("-c", script)
+    run = processes.run(argv, env=env, capture_output=True, text=True)
     assert run.returncode == 0, run.stderr[-3000:]
     first, napped, added, (sent, off, totals) = (json.loads(line) for line in run.stdout.splitlines()[-4:])
     assert first == "total 6 after 2 calls"  # the first rollout's call started ahead ran: its session saw it

@@ -7,7 +7,6 @@ import contextlib
 import io
 import json
 import subprocess
-import sys
 
 import pytest
 from orsgen import doctor
@@ -49,9 +48,8 @@ def run_doctor(*argv: str) -> tuple[int, dict]:
 
 
 def command(*argv: str) -> subprocess.CompletedProcess[str]:
-    """`orsgen ARGV` as a user runs it, from the clone."""
-    return subprocess.run([sys.executable, "-m", "orsgen", *argv], check=False, cwd=ROOT, env=evaluation.environ(),
-                          capture_output=True, text=True, timeout=300)
+    """`orsgen ARGV` as a user runs it, from the clone (forked with the SDK imported: evaluation.orsgen_command)."""
+    return evaluation.orsgen_command(*argv, cwd=ROOT)
 
 
 def assert_all_closed(server, found: dict | None = None) -> None:

@@ -9,7 +9,6 @@ import logging
 import os
 import re
 import signal
-import sys
 import threading
 import time
 
@@ -18,7 +17,7 @@ from orsgen.runtime import episode_of
 
 from examples import tiny
 from tests.envs.flaky import BROKEN, FLAKY, FLAKY_FAILURES, NORMAL
-from tests.harness import processes, servers, trainers
+from tests.harness import processes, rankfork, servers, trainers
 from tests.harness.generation import in_process, load
 from tests.harness.processes import wait_until
 from tests.harness.servers import settle
@@ -265,7 +264,8 @@ def test_a_process_ending_without_close_all_leaves_no_session_open(flaky, loader
         + ENDINGS[ending]
     )
     before = set(server.open_sessions())
-    run = processes.run([sys.executable, "-c", script], capture_output=True, text=True)
+    argv, env = rankfork.python("-c", script)
+    run = processes.run(argv, env=env, capture_output=True, text=True)
     assert run.stdout.strip(), run.stderr[-3000:]
     sids = set(json.loads(run.stdout.strip().splitlines()[-1]))
     assert len(sids) == 4
@@ -327,8 +327,8 @@ m.close_all()
 def test_tool_timeout_is_read_from_the_environment(faulty):
     _, _, path = faulty
     script = TOOL_TIMEOUT_SCRIPT.format(folder=str(path.parent), stem=path.stem)
-    run = processes.run([sys.executable, "-c", script], capture_output=True, text=True,
-                        env={**os.environ, "ORSGEN_TOOL_TIMEOUT": "1"})
+    argv, env = rankfork.python("-c", script, env={**os.environ, "ORSGEN_TOOL_TIMEOUT": "1"})
+    run = processes.run(argv, env=env, capture_output=True, text=True)
     assert run.returncode == 0, run.stderr[-3000:]
     message, after = run.stdout.strip().splitlines()
     assert message == "slow failed: TimeoutError: no answer within 1s (ORSGEN_TOOL_TIMEOUT)"

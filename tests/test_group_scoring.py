@@ -5,7 +5,6 @@ sessions open while scored and closed after; two torchrun ranks."""
 import json
 import logging
 import math
-import sys
 
 import pytest
 
@@ -162,8 +161,8 @@ def test_asyncgrpo_rollout_worker_scores_each_group_once_on_one_of_its_sessions(
     server, log = judged
     path = tmp_path / "judged_worker.py"  # sync tools: TRL 1.13's worker refuses async ones
     assert orsgen(server.url, "-o", str(path)).returncode == 0
-    run = processes.run([sys.executable, "-m", "tests.harness.group_scoring", "async", str(path)],
-                        capture_output=True, text=True)
+    argv, env = rankfork.python("-m", "tests.harness.group_scoring", "async", str(path))
+    run = processes.run(argv, env=env, capture_output=True, text=True)
     assert run.returncode == 0, failed(run.stderr)
     (line,) = records(run.stdout, "error")
     assert line["error"] == "NoneType" and not line["failed"], line
@@ -210,8 +209,8 @@ def test_asyncgrpo_worker_leaves_a_rollout_that_never_started_out_of_its_groups_
     with servers.running("tests.envs.judged_flaky:JudgedFlaky", env=counted) as server:
         path = tmp_path / "judged_flaky_worker.py"
         assert orsgen(server.url, "-o", str(path)).returncode == 0
-        run = processes.run([sys.executable, "-m", "tests.harness.group_scoring", "async", str(path), "Judgedflaky"],
-                            capture_output=True, text=True)
+        argv, env = rankfork.python("-m", "tests.harness.group_scoring", "async", str(path), "Judgedflaky")
+        run = processes.run(argv, env=env, capture_output=True, text=True)
         assert run.returncode == 0, failed(run.stderr)
         (line,) = records(run.stdout, "error")
         assert line["error"] == "NoneType" and not line["failed"], line

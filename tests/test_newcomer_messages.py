@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness import ROOT, processes, servers
+from tests.harness import ROOT, evaluation, processes, servers
 from tests.harness.generation import in_process, orsgen
 
 ECHO_TOOLS = ROOT / "tests" / "golden" / "echo" / "tools.json"
@@ -60,7 +60,8 @@ def test_eval_pointed_at_an_ors_server_says_so(echo_server, tmp_path):
     module = tmp_path / "echo.py"
     assert in_process(echo_server.url, "-o", str(module)).returncode == 0
     for url in (f"{echo_server.url}/v1", echo_server.url):
-        refused = orsgen("eval", str(module), "--base-url", url, "--model", "tiny", "--out", "run", cwd=tmp_path)
+        refused = evaluation.orsgen_eval(str(module), "--base-url", url, "--model", "tiny", "--out", "run",
+                                         cwd=tmp_path)
         assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr
         assert refused.stderr == (f"orsgen: error: the endpoint at {url} answered 404: it is an ORS environment "
                                   "server (it serves echo), not a model's endpoint: --base-url is the /v1 address of "

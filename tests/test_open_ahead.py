@@ -3,14 +3,13 @@ data and look-ahead the batch's last reset opens the next step's (runtime/ahead.
 when each `/create` arrived and when it was answered."""
 
 import itertools
-import sys
 import time
 from typing import ClassVar
 
 import pytest
 from orsgen.runtime import episode_of
 
-from tests.harness import ROOT, processes, servers
+from tests.harness import ROOT, processes, rankfork, servers
 from tests.harness.generation import in_process, load
 from tests.harness.open_ahead import GROUP, train
 from tests.harness.servers import settle
@@ -188,7 +187,8 @@ def test_sessions_opened_ahead_are_closed_when_training_crashes_and_the_process_
     before = len(server.creates())
     out = str(tmp_path / "out")
     script = CRASH.format(path=mod.__file__, ending=ENDINGS[ending].format(out=out))
-    run = processes.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True)
+    argv, env = rankfork.python("-c", script)  # a process of its own, forked with TRL imported
+    run = processes.run(argv, cwd=ROOT, env=env, capture_output=True, text=True)
     if ending != "caught":
         assert run.returncode == 1 and "RuntimeError: training crashed" in run.stderr, run.stderr[-3000:]
     else:

@@ -9,7 +9,6 @@ import io
 import json
 import re
 import subprocess
-import sys
 
 import pytest
 from orsgen import replay
@@ -49,9 +48,8 @@ def replay_apart(*argv: str) -> tuple[int, dict]:
 
 
 def command(*argv: str, cwd=ROOT, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """`orsgen ARGV` as a user runs it."""
-    return subprocess.run([sys.executable, "-m", "orsgen", *argv], check=False, cwd=cwd,
-                          env=env or evaluation.environ(), capture_output=True, text=True, timeout=300)
+    """`orsgen ARGV` as a user runs it (forked with the SDK imported: evaluation.orsgen_command)."""
+    return evaluation.orsgen_command(*argv, cwd=cwd, env=env)
 
 
 def replayed(path) -> list[dict]:

@@ -3,12 +3,11 @@
 import asyncio
 import contextlib
 import subprocess
-import sys
 import textwrap
 
 import pytest
 
-from tests.harness import processes, servers
+from tests.harness import processes, rankfork, servers
 from tests.harness.generation import in_process, load
 from tests.harness.servers import settle
 
@@ -213,9 +212,9 @@ def test_secrets_never_reach_files_logs_or_errors(faulty, tmp_path):
             print("error:", exc)
         secretive.close_all()
     """)
-    run = processes.run([sys.executable, "-c", script], capture_output=True, text=True,
-                        env={**__import__("os").environ, "OPENREWARD_API_KEY": key, "ORSGEN_DRIFT_CHECK": "0",
-                              "ORSGEN_RESET_TIMEOUT": "5"})
+    argv, env = rankfork.python("-c", script, env={**__import__("os").environ, "OPENREWARD_API_KEY": key,
+                                                   "ORSGEN_DRIFT_CHECK": "0", "ORSGEN_RESET_TIMEOUT": "5"})
+    run = processes.run(argv, env=env, capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
     lines = run.stdout.splitlines()
     assert lines[0] == "token reached env: True" and [line[:6] for line in lines[1:]] == ["error:", "error:"]
@@ -244,8 +243,9 @@ print(len(results))
 def test_processes_with_32_concurrent_sessions_each_leak_nothing(faulty):
     server, _, out = faulty
     script = SCALE_SCRIPT.format(folder=str(out.parent), module=out.stem)
+    argv, env = rankfork.python("-c", script)
     with contextlib.ExitStack() as stack:
-        workers = [stack.enter_context(processes.started([sys.executable, "-c", script], stdout=subprocess.PIPE,
+        workers = [stack.enter_context(processes.started(argv, env=env, stdout=subprocess.PIPE,
                                                          stderr=subprocess.PIPE, text=True)) for _ in range(2)]
         outputs = [w.communicate() for w in workers]
     assert [w.returncode for w in workers] == [0, 0], [o[1][-2000:] for o in outputs]

@@ -5,12 +5,11 @@ look-ahead starts that finish during an evaluation pass."""
 
 import signal
 import subprocess
-import sys
 from collections.abc import Iterator
 
 import pytest
 
-from tests.harness import ROOT, processes, servers
+from tests.harness import ROOT, processes, rankfork, servers
 from tests.harness.generation import in_process, load
 from tests.harness.processes import wait_until
 from tests.harness.servers import settle
@@ -60,7 +59,8 @@ def test_a_reset_interrupted_while_its_session_starts_leaves_nothing_open(sleepy
     server, path = sleepy
     before = len(server.creates())
     script = INTERRUPTED.format(path=str(path), ending=ENDINGS[ending])
-    run = processes.popen([sys.executable, "-c", script], cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+    argv, env = rankfork.python("-c", script)
+    run = processes.popen(argv, cwd=ROOT, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True)
     try:
         assert run.stdout is not None and run.stdout.readline().strip() == "resetting"

@@ -7,7 +7,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 from collections import Counter
 
 import pytest
@@ -171,8 +170,9 @@ def test_sigint_mid_run_leaves_a_file_of_whole_records(echo_module, tmp_path):
     directory = tmp_path / "traj"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "codegen"), str(ROOT)])}
     file = directory / "trajectories-rank0.jsonl"
-    with processes.started([sys.executable, "-m", "tests.harness.trajectory_run", str(echo_module),
-                            str(tmp_path / "out"), str(directory)], cwd=ROOT, env=env,
+    argv, env = rankfork.python("-m", "tests.harness.trajectory_run", str(echo_module), str(tmp_path / "out"),
+                                str(directory), env=env)
+    with processes.started(argv, cwd=ROOT, env=env,
                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) as proc:
         wait_until(lambda: proc.poll() is not None or (file.exists() and file.read_text().count("\n") >= 8),
                    timeout=600, waiting_for="eight records")

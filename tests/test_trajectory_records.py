@@ -10,7 +10,7 @@ import textwrap
 import pytest
 from orsgen.runtime import Recorder
 
-from tests.harness import ROOT, processes
+from tests.harness import ROOT, processes, rankfork
 from tests.harness.generation import load, orsgen
 
 KEY = "canary-api-key-0d9c2e"
@@ -92,7 +92,8 @@ def test_a_full_disk_warns_once_counts_what_it_dropped_and_training_goes_on(echo
     directory = tmp_path / "traj"
     script = SCRIPT.format(codegen=str(ROOT / "codegen"), root=str(ROOT), module=str(echo_path),
                            directory=str(directory))
-    run = processes.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT)
+    argv, env = rankfork.python("-c", script)
+    run = processes.run(argv, env=env, capture_output=True, text=True, cwd=ROOT)
     assert run.returncode == 0, run.stderr[-3000:]
     written, dropped = map(int, run.stdout.split())
     assert written + dropped == 6 and dropped > 0 and written > 0
@@ -118,8 +119,8 @@ def test_the_variable_alone_records_a_process_that_exits_without_cleanup(echo_pa
         print(env.get_reward())
     """)
     variable = json.dumps({"dir": str(directory), "owner": 1, "run": "parent-run"})  # another process made it
-    run = processes.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT,
-                        env={**os.environ, "ORSGEN_TRAJECTORIES": variable})
+    argv, env = rankfork.python("-c", script, env={**os.environ, "ORSGEN_TRAJECTORIES": variable})
+    run = processes.run(argv, env=env, capture_output=True, text=True, cwd=ROOT)
     assert run.returncode == 0, run.stderr[-3000:]
     (file,) = directory.iterdir()
     assert file.name.startswith("trajectories-rank0-pid") and file.name.endswith(".jsonl")

@@ -30,10 +30,16 @@ def environ(extra: dict[str, str] | None = None) -> dict[str, str]:
 
 def orsgen_eval(*args: str, cwd: Path, env: dict[str, str] | None = None,
                 timeout: float = processes.HANG) -> subprocess.CompletedProcess[str]:
-    """`orsgen eval ARGS` run to its end (`timeout`: a hang guard) in a process group of its own: a process forked
-    by the servers' zygote, which imported the openreward SDK once (servers.command), and is otherwise the command
-    as a fresh interpreter runs it. Its output is read as `subprocess.run(text=True)` reads a pipe."""
-    argv = ["orsgen", "eval", *args]
+    """`orsgen eval ARGS` run to its end: `orsgen_command("eval", *args, ...)`."""
+    return orsgen_command("eval", *args, cwd=cwd, env=env, timeout=timeout)
+
+
+def orsgen_command(*args: str, cwd: Path, env: dict[str, str] | None = None,
+                   timeout: float = processes.HANG) -> subprocess.CompletedProcess[str]:
+    """`orsgen ARGS` (eval, replay, doctor) run to its end (`timeout`: a hang guard) in a process group of its own: a
+    process forked by the servers' zygote, which imported the openreward SDK once (servers.command), and is otherwise
+    the command as a fresh interpreter runs it. Its output is read as `subprocess.run(text=True)` reads a pipe."""
+    argv = ["orsgen", *args]
     with tempfile.TemporaryDirectory(prefix="orsgen-eval-") as folder:
         out, err = Path(folder, "stdout"), Path(folder, "stderr")
         child = servers.command(argv, str(cwd), environ(env), str(out), str(err))

@@ -18,7 +18,8 @@ Started with `--ranks SOCKET` it also preloads TRL's trainer and torch.distribut
 the SDK's) and forks torchrun's ranks: `torchrun ... -m tests.harness.rankfork MODULE ARGS` (tests/harness/rankfork.py)
 connects to SOCKET and hands over its environment, folder, argv and standard streams; the child is `python -m MODULE
 ARGS` as that rank's fresh interpreter would run it (orsgen and the tests imported anew), and its exit status goes back
-to the rank, which exits with it. A rank that dies takes its child with it.
+to the rank, which exits with it. A rank that dies takes its child with it. A test's own script that imports the
+SDK or TRL is forked the same way, without torchrun (`rankfork.python`: `python -c CODE` or `-m MODULE`).
 """
 
 import contextlib
@@ -32,6 +33,7 @@ import socket
 import sys
 import threading
 import traceback
+import types
 from typing import Any
 
 
@@ -73,8 +75,8 @@ def _command(argv: list[str], cwd: str, env: dict[str, str], out: str, err: str)
 
 
 def _become(argv: list[str], cwd: str, env: dict[str, str]) -> None:
-    """`python -m ARGV[0] ARGV[1:]` in `cwd` with `env` alone, its SIGINT a KeyboardInterrupt, orsgen and the tests
-    imported anew; raises SystemExit when it ends."""
+    """`python -m ARGV[0] ARGV[1:]` (or `python -c CODE ARGS` when ARGV[0] is "-c") in `cwd` with `env` alone, its
+    SIGINT a KeyboardInterrupt, orsgen and the tests imported anew; raises SystemExit when it ends."""
     os.chdir(cwd)
     anew = {"orsgen", "tests"} | _path(env.get("PYTHONPATH", ""))
     os.environ.clear()
@@ -82,8 +84,13 @@ def _become(argv: list[str], cwd: str, env: dict[str, str]) -> None:
     signal.signal(signal.SIGINT, signal.default_int_handler)  # as processes.run starts its children
     for name in [m for m in sys.modules if m.split(".")[0] in anew]:
         del sys.modules[name]  # imported anew, reading the command's environment (and its PYTHONPATH)
-    sys.argv = ["-m", *argv[1:]]
-    runpy.run_module(argv[0], run_name="__main__", alter_sys=True)
+    if argv[0] == "-c":  # a fresh __main__, as `python -c` runs its code
+        sys.argv = ["-c", *argv[2:]]
+        main = sys.modules["__main__"] = types.ModuleType("__main__")
+        exec(compile(argv[1], "<string>", "exec"), main.__dict__)  # noqa: S102 - the test's own script, as python -c runs it
+    else:
+        sys.argv = ["-m", *argv[1:]]
+        runpy.run_module(argv[0], run_name="__main__", alter_sys=True)
     raise SystemExit(0)
 
 
