@@ -1,8 +1,9 @@
 """A turn's calls started ahead, when TRL turns out to make another call (issue 41, read-only note a): the calls
 that are already running or done cannot be called back, so they are kept for the TRL calls they are; only those not
 begun are dropped. Before, every call started ahead was forgotten at the mismatch, and TRL's own call of one that
-had been sent already was sent again: the environment saw it twice. A fresh interpreter (the mismatch turns the
-feature off for its process: forked with TRL imported, tests/harness/rankfork.py), the tally environment served with its log of calls per session."""
+had been sent already was sent again: the environment saw it twice. A process of its own (the mismatch turns the
+feature off for its process; forked with TRL imported: tests/harness/rankfork.py), the tally environment served with
+its log of calls per session."""
 
 import json
 import sys

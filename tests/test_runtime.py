@@ -239,7 +239,7 @@ print(len(results))
 """
 
 
-@pytest.mark.slow  # scale: two fresh interpreters with 32 sessions each
+@pytest.mark.slow  # scale: two processes of their own with 32 sessions each
 def test_processes_with_32_concurrent_sessions_each_leak_nothing(faulty):
     server, _, out = faulty
     script = SCALE_SCRIPT.format(folder=str(out.parent), module=out.stem)

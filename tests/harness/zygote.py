@@ -87,7 +87,7 @@ def _become(argv: list[str], cwd: str, env: dict[str, str]) -> None:
     if argv[0] == "-c":  # a fresh __main__, as `python -c` runs its code
         sys.argv = ["-c", *argv[2:]]
         main = sys.modules["__main__"] = types.ModuleType("__main__")
-        exec(compile(argv[1], "<string>", "exec"), main.__dict__)  # noqa: S102 - the test's own script, as python -c runs it
+        exec(compile(argv[1], "<string>", "exec"), main.__dict__)  # noqa: S102 - the test's own script
     else:
         sys.argv = ["-m", *argv[1:]]
         runpy.run_module(argv[0], run_name="__main__", alter_sys=True)
