@@ -8,7 +8,6 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -81,14 +80,10 @@ def main(module_path: str, out_dir: str, tasks: str, per_device: str) -> None:
                       "steps": trainer.state.global_step})
 
 
-def phases() -> Callable[[str], None]:
-    """`said(what)` prints when `what` happened, in seconds since the process started, on stderr: what a failure shows
-    of where its time went (tests/test_group_scoring.py prints these lines)."""
-
-    def said(what: str) -> None:
-        print(f"{PHASE} {what} at {time.monotonic() - STARTED:.1f} s", file=sys.stderr, flush=True)
-
-    return said
+def said(what: str) -> None:
+    """When `what` happened, in seconds since the process started, on stderr: what a failure shows of where its time
+    went (tests/test_group_scoring.py prints these lines)."""
+    print(f"{PHASE} {what} at {time.monotonic() - STARTED:.1f} s", file=sys.stderr, flush=True)
 
 
 def async_worker(module_path: str, name: str = "Judged") -> None:
@@ -106,7 +101,6 @@ def async_worker(module_path: str, name: str = "Judged") -> None:
     from tests.harness.completions import serving
     from tests.harness.generation import load as load_module
 
-    said = phases()
     module = load_module(Path(module_path))
     rows = module.dataset(indices=[0, 2], prompts=True)
     tok = tiny.tokenizer([[*row["prompt"][:-1], *tiny.conversation(row["task_prompt"], "answer", {"text": a},
